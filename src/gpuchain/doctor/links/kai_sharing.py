@@ -23,6 +23,7 @@ its Deployment's own ``--cdi-enabled`` flag before v0.6.0 (cmd/binder/app/option
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
@@ -91,8 +92,8 @@ def _binder(ctx: Context) -> Obj | None:
             (p for p in ctx.snapshot.pods if any(BINDER_IMAGE in str(c.get("image", "")) for c in _containers(p))),
             None,
         )
-    found: Obj | None = ctx.memo["kai_binder"]
-    return found
+    found = ctx.memo["kai_binder"]
+    return found if isinstance(found, dict) else None
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -114,7 +115,7 @@ def _switch(binder: Obj | None) -> tuple[Fix | None, str]:
     release = (int(tag.group(1)), int(tag.group(2))) if tag else None
     value = next((v for since, v in CDI_SWITCHES if release is not None and release >= since), None)
     if binder is not None and value == "":
-        owner = next(iter((binder.get("metadata") or {}).get("ownerReferences") or ()), {})
+        owner: dict[str, Any] = next(iter((binder.get("metadata") or {}).get("ownerReferences") or ()), {})
         deployment = str(owner.get("name", "binder")).rsplit("-", 1)[0] if owner.get("kind") == "ReplicaSet" else ""
         target = f"Deployment/{namespace_of(binder) or 'kai-scheduler'}/{deployment or 'binder'}"
         patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": f"{BINDER_FLAG}=true"}]
