@@ -200,6 +200,15 @@ CLUSTER_TESTS = {
     "nfd.crash-loop": "test_doctor_nfd_failing::test_a_gc_in_a_crash_loop_is_quoted_from_its_state",
     "toolkit.torn-down": "test_doctor_toolkit_torn_down::"
     "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
+    "device-plugin.cgpu-pod-limit": "doctor.test_doctor_ack_cgpu::test_card_over_the_pod_limit_scales_its_owner_down",
+    "device-plugin.cgpu-os-defect": "doctor.test_doctor_ack_cgpu::"
+    "test_old_cgpu_on_containeros_kernel_names_the_installer_release",
+    "toolkit.kai-share-not-cdi": "doctor.test_doctor_kai_sharing::"
+    "test_binder_without_cdi_on_a_cdi_runtime_names_the_chart_value_of_its_release",
+    "workload.companion-untolerated-taint": "doctor.test_doctor_companion_taint::"
+    "test_companion_kept_off_the_gpu_node_by_its_taint_gets_the_toleration",
+    "workload.gpu-used-unrequested": "doctor.test_doctor_gpu_used_unrequested::"
+    "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
