@@ -461,9 +461,11 @@ def unplaced(ctx: Context, chains: list[NodeChain]) -> tuple[list[Finding], set[
     for pod in ctx.pending:
         msg = unschedulable_message(pod)
         if msg and not gpu_pod(pod) and POD_AFFINITY_WORDS in msg:
-            companion = _companion(ctx, pod, msg)
+            # One look through the GPU nodes' pods per owner: its other replicas wait for the same reason.
+            ref = owner_of(pod).ref
+            companion = findings.get(ref) or _companion(ctx, pod, msg)
             if companion is not None:
-                findings.setdefault(owner_of(pod).ref, companion)
+                findings[ref] = companion
                 explained.add(id(pod))
             continue
         if not msg or not gpu_pod(pod):
