@@ -29,14 +29,14 @@ nodes:
 """
 
 
-def _node(kernel: str = "5.15.0-131-generic") -> dict[str, Any]:
+def _node(kernel: str = "5.15.0-131-generic", gpu_mem: str = "46") -> dict[str, Any]:
     return {
         "do": "node",
         "node": NODE,
         "nodeInfo": {"kernelVersion": kernel},
         "labels": {"ack.node.gpu.schedule": "core_mem"},
         "capacity": {"aliyun.com/gpu-mem": "46", "aliyun.com/gpu-count": "2"},
-        "allocatable": {"aliyun.com/gpu-mem": "46", "aliyun.com/gpu-count": "2"},
+        "allocatable": {"aliyun.com/gpu-mem": gpu_mem, "aliyun.com/gpu-count": "2"},
     }
 
 
@@ -175,3 +175,11 @@ def test_facts_come_from_the_data_file() -> None:
     assert facts.pods_per_gpu == 20
     assert facts.cgpu_labels["ack.node.gpu.schedule"] == ("cgpu", "core_mem")
     assert [d.installer_fixed for d in facts.os_defects] == ["1.12.6"]
+
+
+def test_a_cgpu_node_announcing_no_gpu_memory_restarts_its_gpushare_pod() -> None:
+    report = diagnosed(SCENARIO, _node(gpu_mem="0"), *_daemonsets("1.5.20", "1.13.0"), NAMESPACE)
+    (found,) = _errors(report)
+    assert (found.id, found.link, found.node) == ("device-plugin.gpushare-unannounced", "device-plugin", NODE)
+    assert found.action is not None and found.action.op is FixOp.DELETE
+    assert found.action.changes["name"].startswith("gpushare-device-plugin-ds")

@@ -201,6 +201,8 @@ CLUSTER_TESTS = {
     "toolkit.torn-down": "test_doctor_toolkit_torn_down::"
     "test_an_old_operator_on_a_new_containerd_moves_to_the_release_that_fixed_it",
     "device-plugin.cgpu-pod-limit": "doctor.test_doctor_ack_cgpu::test_card_over_the_pod_limit_scales_its_owner_down",
+    "device-plugin.gpushare-unannounced": "doctor.test_doctor_ack_cgpu::"
+    "test_a_cgpu_node_announcing_no_gpu_memory_restarts_its_gpushare_pod",
     "device-plugin.cgpu-os-defect": "doctor.test_doctor_ack_cgpu::"
     "test_old_cgpu_on_containeros_kernel_names_the_installer_release",
     "toolkit.kai-share-not-cdi": "doctor.test_doctor_kai_sharing::"

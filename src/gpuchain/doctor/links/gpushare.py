@@ -8,8 +8,10 @@ their words) give two ways that start fails while the scheduler and the plugin d
 cGPU's limit of pods (20), where each further pod "fail[s] to run"; and a cGPU release with a known defect on the
 node's OS image (cGPU 1.5.18 and earlier on ContainerOS, repaired by ack-ai-installer 1.12.6). Both are the sharing
 layer's, so the device-plugin link is the root, and the repair is the sharing layer's: fewer pods on the card, or the
-installer release whose cGPU works there. A card at its limit whose pods all run is healthy, and so is a pod failing
-for a reason of its own on a card under the limit and an OS the defects do not name.
+installer release whose cGPU works there. A node labelled for cGPU whose allocatable shows no ``aliyun.com/gpu-mem``
+has a gpushare plugin that is not registered (the kubelet holds no registration of it), and its pod restarted registers
+anew. A card at its limit whose pods all run is healthy, and so is a pod failing for a reason of its own on a card
+under the limit and an OS the defects do not name.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from collections import defaultdict
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.scheduling import owner_of
 from gpuchain.doctor.stacks import ack
+from gpuchain.doctor.stacks.base import images_of
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 
 #: The container states of a container the runtime could not start (the kubelet's waiting reasons, runc's StartError).
@@ -139,10 +143,49 @@ def _os_defect(ctx: Context, view: NodeView, failing: dict[str, str], shared: li
     )
 
 
+def _unannounced(ctx: Context, view: NodeView) -> Finding | None:
+    """A cGPU node whose allocatable shows no ``aliyun.com/gpu-mem``: the gpushare plugin on it did not register with
+    the kubelet (or runs no pod there), so no shared-GPU pod can be placed on it. Its pod restarted registers anew."""
+    allocatable = ((view.node.get("status") or {}).get("allocatable") or {}).get(ack.GPU_MEM)
+    if str(allocatable or "0") not in ("0", ""):
+        return None
+    plugin = next((p for p in view.workloads if ack.PLUGIN_IMAGE in images_of(p)), None)
+    state = pod_state(plugin) if plugin is not None else None
+    action = (
+        Fix.delete_pod(namespace_of(plugin) or "kube-system", name_of(plugin), **{NOT_SIMULATED: "ACK's plugin"})
+        if plugin is not None
+        else None
+    )
+    fix = (
+        f"{ctx.stack.render(action)}   # its DaemonSet starts it again and it registers {ack.GPU_MEM} anew"
+        if action is not None
+        else f"# no gpushare device plugin pod runs on {view.name}: the {ack.PLUGIN_DS} DaemonSet (ack-ai-installer) "
+        "must place one on every node labelled for shared GPU scheduling; reinstall or upgrade ack-ai-installer"
+    )
+    return node_finding(
+        view,
+        fid="device-plugin.gpushare-unannounced",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"this node is labelled for cGPU sharing but announces no {ack.GPU_MEM}: ACK's gpushare device plugin "
+        "is not registered with its kubelet, so no pod asking for a GPU share can be placed here.",
+        evidence=[
+            f"node allocatable {ack.GPU_MEM}: {allocatable or 'none'}",
+            state.describe() if state is not None else f"no pod of {ack.PLUGIN_DS} on the node",
+        ],
+        fix=fix,
+        action=action,
+    )
+
+
 def cgpu_unstarted(ctx: Context, view: NodeView, apps: list[Obj]) -> list[Finding]:
-    """Shared-GPU pods on a cGPU node that cannot start for the sharing layer's known reasons (the module docstring)."""
+    """Shared-GPU pods on a cGPU node that cannot start for the sharing layer's known reasons (the module docstring),
+    and a cGPU node whose plugin announces nothing."""
     if not ack.under_cgpu(view.node):
         return []
+    unannounced = _unannounced(ctx, view)
+    if unannounced is not None:
+        return [unannounced]
     shared = [p for p in apps if shares_gpu(p)]
     failing = {name_of(p): m for p in shared if (m := start_failure(p))}
     if not failing:
