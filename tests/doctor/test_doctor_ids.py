@@ -208,6 +208,17 @@ CLUSTER_TESTS = {
     "test_a_device_plugin_switched_off_in_the_policy_while_pods_wait_is_switched_on_again",
     "device-plugin.rename-ignored": "test_doctor_plugin_rename::"
     "test_a_per_resource_rename_the_plugin_ignores_while_a_pod_waits_for_it_is_the_plugins_config",
+    "device-plugin.cgpu-pod-limit": "doctor.test_doctor_ack_cgpu::test_card_over_the_pod_limit_scales_its_owner_down",
+    "device-plugin.gpushare-unannounced": "doctor.test_doctor_ack_cgpu::"
+    "test_a_cgpu_node_announcing_no_gpu_memory_restarts_its_gpushare_pod",
+    "device-plugin.cgpu-os-defect": "doctor.test_doctor_ack_cgpu::"
+    "test_old_cgpu_on_containeros_kernel_names_the_installer_release",
+    "toolkit.kai-share-not-cdi": "doctor.test_doctor_kai_sharing::"
+    "test_binder_without_cdi_on_a_cdi_runtime_names_the_chart_value_of_its_release",
+    "workload.companion-untolerated-taint": "doctor.test_doctor_companion_taint::"
+    "test_companion_kept_off_the_gpu_node_by_its_taint_gets_the_toleration",
+    "workload.gpu-used-unrequested": "doctor.test_doctor_gpu_used_unrequested::"
+    "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

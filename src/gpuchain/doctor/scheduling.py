@@ -13,6 +13,12 @@ pkg/scheduler/framework/plugins@v1.34.4):
 - dynamicresources: ``cannot allocate all claims``: no GPU DRA driver publishes a device for them in a
   ResourceSlice, or every published device carries a taint the claim does not tolerate.
 
+A pod that asks for no GPU but is bound by a required pod affinity on ``kubernetes.io/hostname`` to a pod running on
+a GPU node (a cache, sidecar service or agent that must sit beside the GPU pod it serves, the interpodaffinity filter's
+``node(s) didn't match pod affinity rules`` on every other node) can go to that GPU node only: where its taint keeps
+the pod off (tainttoleration's words), the GPU pod it serves waits on it, and the repair is the same toleration, on
+the companion's owner. Kept off a tainted GPU node with nothing tying it there, such a pod is the taint working.
+
 The same filters are evaluated here as pure functions of the pod and the GPU nodes (`placement`), so the
 finding names the taint or the label and the exact change, not the scheduler's summary. A taint the node
 lifecycle controller or the kubelet sets for a node's condition (``node.kubernetes.io/*``) is a node fault the
@@ -46,6 +52,10 @@ from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 #: 1.20), "node(s) had untolerated taint {%s: %s}" (from 1.25): each is read.
 UNTOLERATED_WORDS = ("untolerated taint", "that the pod didn't tolerate")
 AFFINITY_WORDS = "didn't match Pod's node affinity/selector"
+#: The interpodaffinity filter's words for a node where a required pod affinity finds no pod it must sit beside
+#: (kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go ErrReasonAffinityRulesNotMatch).
+POD_AFFINITY_WORDS = "didn't match pod affinity rules"
+HOSTNAME = "kubernetes.io/hostname"
 CLAIMS_WORDS = "cannot allocate all claims"
 #: Taints of a node's own condition (k8s.io/api core/v1 well_known_taints.go): not a workload's to tolerate.
 CONDITION_TAINTS = "node.kubernetes.io/"
@@ -208,6 +218,68 @@ def _placement(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -
         return None
     label = Fix(FixOp.LABEL_NODE, " ".join(v.name for v in views), {key: str(values[0])})
     return _finding(ctx, pod, owner, "label", evidence, label, None)
+
+
+def _beside(pod: Obj) -> list[dict[str, Any]]:
+    """The ``matchLabels`` of ``pod``'s required pod affinity terms on the node itself (topology
+    kubernetes.io/hostname): the pods it must run on the same node as."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
+    return [
+        dict((term.get("labelSelector") or {}).get("matchLabels") or {})
+        for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+        if term.get("topologyKey") == HOSTNAME and (term.get("labelSelector") or {}).get("matchLabels")
+    ]
+
+
+def _companion(ctx: Context, pod: Obj, msg: str) -> Finding | None:
+    """A pod that asks for no GPU, bound by required pod affinity to the node of a pod on a GPU node, kept off that
+    node by its taint (the module's docstring): the toleration for the pod's owner. None where no pod it must sit
+    beside runs on a GPU node, or that node admits it (then something else keeps it off)."""
+    wanted = _beside(pod)
+    if not wanted or not any(w in msg for w in UNTOLERATED_WORDS):
+        return None
+    spec = dict(pod.get("spec") or {})
+    for view in ctx.views:
+        served = next(
+            (
+                p
+                for p in view.workloads
+                if p is not pod and any(all(labels_of(p).get(k) == v for k, v in m.items()) for m in wanted)
+            ),
+            None,
+        )
+        block = pod_blocker(spec, view.node) if served is not None else None
+        if served is None or block is None or block.kind != "taint":
+            continue
+        tolerable = _tolerable(block)
+        if not tolerable or len(tolerable) < len(block.taints or (block.detail,)):
+            return None  # a node condition's taint: the node's own finding
+        owner = owner_of(pod)
+        added = tolerations_for(Blocker(kind="taint", detail={}, taints=tolerable))
+        action = patch_fix(owner, {"tolerations": [*(spec.get("tolerations") or []), *added]})
+        pod_ref, served_ref = f"{namespace_of(pod)}/{name_of(pod)}", f"{namespace_of(served)}/{name_of(served)}"
+        taints = ", ".join(sorted(taint_text(t) for t in tolerable))
+        return Finding(
+            id="workload.companion-untolerated-taint",
+            severity=Severity.ERROR,
+            link="node",
+            cause=f"pod {pod_ref} ({owner.kind} {owner.name}) asks for no GPU but must run on the same node as "
+            f"{served_ref} (a required pod affinity on {HOSTNAME}), which runs on GPU node {view.name}; that node's "
+            f"taint {taints} keeps it off, so it stays Pending and the GPU pod it serves goes without it. The taint "
+            "is the GPU pool's own: the pod needs its toleration.",
+            evidence=(
+                f"scheduler: {msg}",
+                f"pod {pod_ref} requires pods labelled "
+                + " or ".join(",".join(f"{k}={v}" for k, v in m.items()) for m in wanted)
+                + f" on its node; {served_ref} runs on {view.name}",
+                f"{view.name} taints it does not tolerate: {taints}",
+            ),
+            fix=ctx.stack.render(action) + f"   # adds the toleration for {taints} to the pods {owner.name} makes",
+            node=view.name,
+            root=True,
+            action=action,
+        )
+    return None
 
 
 def _finding(
@@ -389,6 +461,14 @@ def unplaced(ctx: Context, chains: list[NodeChain]) -> tuple[list[Finding], set[
         return [], explained
     for pod in ctx.pending:
         msg = unschedulable_message(pod)
+        if msg and not gpu_pod(pod) and POD_AFFINITY_WORDS in msg:
+            # One look through the GPU nodes' pods per owner: its other replicas wait for the same reason.
+            ref = owner_of(pod).ref
+            companion = findings.get(ref) or _companion(ctx, pod, msg)
+            if companion is not None:
+                findings[ref] = companion
+                explained.add(id(pod))
+            continue
         if not msg or not gpu_pod(pod):
             continue
         if validation_of(ctx, pod) is not None:

@@ -8,6 +8,11 @@ GoogleCloudPlatform/container-engine-accelerators pkg/gpu/nvidia/manager.go). A 
 tolerates the GPU taint or selects a GPU label, `gpuchain.doctor.unallocated`) that requests no ``nvidia.com/gpu``
 runs and is ready, and its CUDA library finds no libcuda.so.1 or no device. The repair is the request in the
 container's limits; the node and its chain are fine.
+
+The other face of it: where nvidia is the node's default runtime, a container whose image sets NVIDIA_VISIBLE_DEVICES
+(vLLM's and CUDA's images set ``all``) gets every GPU of the node without an allocation, wherever it was placed. Such
+pods, a chart's replicas among them, all start on the first GPU while the others stay unallocated, and the one that
+finds its GPU's memory taken says so (vLLM's start-up memory check). The repair is the same request, one GPU each.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ NO_GPU_WORDS = (
     "vllm.unspecified-platform",
     "cuda.no-device",
 )
+#: What a GPU workload says when the GPU it uses, given it without an allocation, is already used by others.
+TAKEN_WORDS = ("vllm.gpu-memory-taken",)
 RESOURCE = "nvidia.com/gpu"
 
 
@@ -56,6 +63,37 @@ def _limit_ops(pod: Obj, owner_kind: str, saying: set[str]) -> list[dict[str, An
     return ops
 
 
+def _taken(
+    ctx: Context, view: NodeView, pod: Obj, found: catalog.Match, saying: set[str], announced: int
+) -> Finding:
+    """``pod`` requests no GPU yet says the GPU it uses is taken: the runtime gave it GPUs never allocated to it."""
+    spec = pod.get("spec") or {}
+    owner = owner_of(pod)
+    ops = _limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
+    action = resources_fix(owner, ops)
+    ref = f"{namespace_of(pod)}/{name_of(pod)}"
+    held = sum(sum(pod_gpu_requests(p).values()) for p in view.workloads)
+    return node_finding(
+        view,
+        fid="workload.gpu-used-unrequested",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=f"{ref} requests no {RESOURCE}, yet uses a GPU whose memory other processes already hold: the device "
+        "plugin allocated it none, so the runtime gave it the GPUs its image names (NVIDIA_VISIBLE_DEVICES) and pods "
+        f"like it start on the same GPU while the node's other GPUs stay unallocated ({held} of {announced} "
+        "allocated).",
+        evidence=[
+            f"{ref}: no {RESOURCE} in any container's limits or requests",
+            *found.evidence("pod says"),
+            f"node allocatable {RESOURCE}: {announced}, requested by pods on it: {held}",
+        ],
+        fix=ctx.stack.render(action)
+        + f"   # add {RESOURCE} to the container's resource limits (one GPU per replica, a whole number: a fraction "
+        f"is no request at all); the {owner.kind} then rolls out pods the device plugin gives a GPU each",
+        action=action,
+    )
+
+
 def unallocated_gpu(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
     """Pods aimed at this GPU node that request no GPU and say their container has no driver or no device."""
     announced = node_gpu_resources(view.node, "allocatable").get(RESOURCE, 0)
@@ -63,16 +101,21 @@ def unallocated_gpu(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | 
         return None
     for pod in apps:
         spec = pod.get("spec") or {}
-        if pod_gpu_requests(pod) or spec.get("resourceClaims") or not aimed_at_gpu(spec):
+        if pod_gpu_requests(pod) or spec.get("resourceClaims"):
             continue
+        # A GPU taken by others proves the container got one without a request; a missing driver counts only where
+        # the pod was meant for a GPU node.
+        words = (*NO_GPU_WORDS, *TAKEN_WORDS) if aimed_at_gpu(spec) else TAKEN_WORDS
         saying = {
             str(cs.get("name"))
             for cs in (pod.get("status") or {}).get("containerStatuses") or []
-            if catalog.find(ctx.log(pod, str(cs.get("name"))), *NO_GPU_WORDS) is not None
+            if catalog.find(ctx.log(pod, str(cs.get("name"))), *words) is not None
         }
-        found = catalog.find(said_by(ctx, pod), *NO_GPU_WORDS)
+        found = catalog.find(said_by(ctx, pod), *words)
         if found is None:
             continue
+        if found.entry.id in TAKEN_WORDS:
+            return _taken(ctx, view, pod, found, saying, announced)
         owner = owner_of(pod)
         ops = _limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
         action = resources_fix(owner, ops)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.kai_sharing import kai_share, reserved_groups
 from gpuchain.doctor.links.unprivileged_envvar import ignores_envvar
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
@@ -90,7 +91,13 @@ def gpus_without_request(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
     scheduler and the plugin do not count), a warning where none holds one yet."""
     if ctx.policy_unknown or ignores_envvar(ctx, view):
         return None
-    seeing = [p for p in apps if not pod_gpu_requests(p) and visible_devices(p) not in NO_GPU]
+    # KAI's fraction pods see the GPU its reservation pod on this node requests and holds for them: counted, shared.
+    groups = reserved_groups(view.workloads)
+    seeing = [
+        p
+        for p in apps
+        if not pod_gpu_requests(p) and visible_devices(p) not in NO_GPU and not (groups and kai_share(p, groups))
+    ]
     if not seeing:
         return None
     holders = [_ref(p) for p in apps if pod_gpu_requests(p) and pod_state(p).status.startswith("Running")]

@@ -10,8 +10,10 @@ from gpuchain.doctor.links.admitted_early import admitted_without_device, recove
 from gpuchain.doctor.links.common import node_finding, said_by
 from gpuchain.doctor.links.cuda_repair import INSUFFICIENT, SYSTEM_NOT_READY, fabric_repair_words, insufficient_repair
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
+from gpuchain.doctor.links.gpushare import cgpu_unstarted
 from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
+from gpuchain.doctor.links.kai_sharing import binder_without_cdi
 from gpuchain.doctor.links.kubelet_defects import running_rejected
 from gpuchain.doctor.links.nvml_lost import lost_gpus
 from gpuchain.doctor.links.outof_gpu import refused_before_plugin
@@ -484,6 +486,10 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     unusable = _cuda_unusable(ctx, view, apps)
     if unusable is not None:
         findings.append(unusable)
+    findings += cgpu_unstarted(ctx, view, apps)
+    kai = binder_without_cdi(ctx, view, apps)
+    if kai is not None:
+        findings.append(kai)
     miscounted = miscounted_memory(ctx, view, apps)
     if miscounted is not None:
         findings.append(miscounted)

@@ -2,7 +2,8 @@
 
 The checks know links (driver, toolkit, device plugin, ...), never a stack. Each adapter here
 (`gpuchain`, `gpu_operator`, `device_plugin` for NVIDIA's standalone chart and the managed clouds
-that use it, `gke`, `hami` for HAMi's vGPU plugin) recognises its stack from a snapshot and says, as a `Stack`
+that use it, `gke`, `hami` for HAMi's vGPU plugin,
+`ack` for ACK's gpushare plugin and cGPU) recognises its stack from a snapshot and says, as a `Stack`
 (`gpuchain.doctor.structs`), where its objects live: the namespace, the DaemonSet (and main
 container) behind each link, whether the driver is the host's, and the policy its switches come
 from; and, as fields the checks read instead of asking which stack it is, its quirks (its chart and
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from gpuchain.doctor.stacks import device_plugin, gke, gpu_operator, gpuchain, hami
+from gpuchain.doctor.stacks import ack, device_plugin, gke, gpu_operator, gpuchain, hami
 from gpuchain.doctor.stacks.base import DRA_PLUGIN_IMAGES, images_of, is_gpu_node, provider_of
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
@@ -50,7 +51,14 @@ STANDALONE_IMAGES = {
 
 Adapter = Callable[[Snapshot], Stack | None]
 #: The adapters in the order they are asked (policy-backed stacks first).
-ADAPTERS: tuple[Adapter, ...] = (gpuchain.detect, gpu_operator.detect, gke.detect, hami.detect, device_plugin.detect)
+ADAPTERS: tuple[Adapter, ...] = (
+    gpuchain.detect,
+    gpu_operator.detect,
+    gke.detect,
+    hami.detect,
+    device_plugin.detect,
+    ack.detect,
+)
 
 
 #: The owners that make a DaemonSet an operator's operand, never a release of its own: a ClusterPolicy of either
