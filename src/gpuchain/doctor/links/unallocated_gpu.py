@@ -63,9 +63,7 @@ def _limit_ops(pod: Obj, owner_kind: str, saying: set[str]) -> list[dict[str, An
     return ops
 
 
-def _taken(
-    ctx: Context, view: NodeView, pod: Obj, found: catalog.Match, saying: set[str], announced: int
-) -> Finding:
+def _taken(ctx: Context, view: NodeView, pod: Obj, found: catalog.Match, saying: set[str], announced: int) -> Finding:
     """``pod`` requests no GPU yet says the GPU it uses is taken: the runtime gave it GPUs never allocated to it."""
     spec = pod.get("spec") or {}
     owner = owner_of(pod)
