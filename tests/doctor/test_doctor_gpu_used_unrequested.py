@@ -21,8 +21,16 @@ LINE = (
     "(0.5, 39.58 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
 )
 
+#: The engine's container states: crash-looping after its error, exited with it (the kubelet not yet restarting it),
+#: and running as if fine.
+CRASH_LOOP = "state: {waiting: {reason: CrashLoopBackOff}}, lastState: {terminated: {reason: Error, exitCode: 1}}"
+EXITED = "state: {terminated: {reason: Error, exitCode: 1}}"
+RUNNING = "state: {running: {startedAt: '2026-10-02T08:00:00Z'}}"
 
-def _report(tmp_path: Path, limits: str) -> Report:
+
+def _report(tmp_path: Path, limits: str, *, aimed: bool = True, state: str = CRASH_LOOP) -> Report:
+    taint = "{key: nvidia.com/gpu, value: present, effect: NoSchedule}" if aimed else ""
+    tolerate = "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]" if aimed else "[]"
     doc = f"""name: t
 source: gpuchain#0
 kind: fault
@@ -31,7 +39,7 @@ base:
   nodes:
     - {{name: h100-box, preset: t4-x4, hostDriver: "570.124.06"}}
 edits:
-  - {{do: node, node: h100-box, taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{do: node, node: h100-box, taints: [{taint}]}}
   - do: create
     object: {{apiVersion: v1, kind: Namespace, metadata: {{name: serve}}}}
   - do: create
@@ -45,12 +53,12 @@ edits:
         ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: qwen-engine-5d4c3b2a1, uid: q1, controller: true}}]
       spec:
         nodeName: h100-box
-        tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]
+        tolerations: {tolerate}
         containers: [{{name: engine, image: "vllm/vllm-openai:v0.11.0", resources: {{limits: {{memory: 32Gi{limits}}}}}}}]
       status:
         phase: Running
         containerStatuses:
-          - {{name: engine, ready: false, restartCount: 6, state: {{waiting: {{reason: CrashLoopBackOff}}}}, lastState: {{terminated: {{reason: Error, exitCode: 1}}}}}}
+          - {{name: engine, ready: false, restartCount: 6, {state}}}
   - do: pod
     daemonset: qwen-engine-5d4c3b2a1
     namespace: serve
@@ -78,4 +86,22 @@ def test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit(tmp_path: Path) -> None
 
 def test_a_pod_that_requests_its_gpu_is_not_this(tmp_path: Path) -> None:
     report = _report(tmp_path, ", nvidia.com/gpu: 1")
+    assert not [f for f in report.findings if f.id == "workload.gpu-used-unrequested"]
+
+
+def test_a_failed_pod_no_selector_sent_to_the_gpu_node_is_read_too(tmp_path: Path) -> None:
+    """A runtime defaulting to nvidia hands the GPUs to a pod placed anywhere on the node: where it failed, its log is
+    read though it neither tolerates a GPU taint nor selects a GPU label."""
+    for state in (EXITED, CRASH_LOOP):
+        (found,) = [
+            f
+            for f in _report(tmp_path, "", aimed=False, state=state).findings
+            if f.id == "workload.gpu-used-unrequested"
+        ]
+        assert (found.link, found.node) == ("device-plugin", "h100-box")
+
+
+def test_a_running_pod_no_selector_sent_there_is_not_read(tmp_path: Path) -> None:
+    """Pods that are not aimed at a GPU node and have not failed are the bulk of a cluster: their logs stay unread."""
+    report = _report(tmp_path, "", aimed=False, state=RUNNING)
     assert not [f for f in report.findings if f.id == "workload.gpu-used-unrequested"]

@@ -13,7 +13,9 @@ read: those that tolerate the ``nvidia.com/gpu`` taint (GKE taints its GPU nodes
 ExtendedResourceToleration admission plugin adds the toleration only to pods that request the resource, so a pod
 carrying it by hand without the request asked for the node, not the GPU) or select the node by a GPU label
 (GKE's ``cloud.google.com/gke-accelerator``, NVIDIA GFD's ``nvidia.com/gpu.*``), and run on a node that announces
-GPUs, and are no DaemonSet's node agent: at most `MAX_WORKLOAD_LOGS` of them.
+GPUs, and are no DaemonSet's node agent: at most `MAX_WORKLOAD_LOGS` of them. Of the other pods on such a node
+that request no GPU, only containers that failed are read: few on any cluster, and where the node's runtime hands
+every container the GPUs its image names, one that found its GPU taken says so (`links/unallocated_gpu.py`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,32 @@ def aimed_at_gpu(spec: Obj) -> bool:
     return any(str(k).startswith(GPU_LABELS) for k in spec.get("nodeSelector") or {})
 
 
+def _failed(cs: Obj) -> bool:
+    """A container that exited in error or waits to be restarted after it did."""
+    state = cs.get("state") or {}
+    ended = state.get("terminated") or {}
+    return bool(ended and ended.get("exitCode")) or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+
+
 def running_unrequested(pod: Obj, gpu_nodes: set[str]) -> list[tuple[str, tuple[LogKey, Obj]]]:
-    """The running or crash-looping containers of ``pod`` with their node, where it is aimed at a GPU node
-    (`aimed_at_gpu`), runs on one of ``gpu_nodes`` (nodes that announce GPUs) and requests no GPU ([] otherwise)."""
+    """The containers of a running ``pod`` on one of ``gpu_nodes`` (nodes that announce GPUs) that requests no GPU,
+    with their node ([] otherwise): where it is aimed at a GPU node (`aimed_at_gpu`), its running or crash-looping
+    containers; where it is not, only those that failed, since a pod no selector sent there may still use the GPUs a
+    runtime defaulting to nvidia hands every container, and one that fails for it says so in its log."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    if status.get("phase") != "Running" or not aimed_at_gpu(spec) or str(spec.get("nodeName")) not in gpu_nodes:
+    if status.get("phase") != "Running" or str(spec.get("nodeName")) not in gpu_nodes:
+        return []
+    statuses = status.get("containerStatuses") or []
+    if aimed_at_gpu(spec):
+        chosen = [
+            cs
+            for cs in statuses
+            if (cs.get("state") or {}).get("running")
+            or ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        ]
+    else:
+        chosen = [cs for cs in statuses if _failed(cs)]
+    if not chosen:
         return []
     meta = pod.get("metadata") or {}
     # A DaemonSet's pod is a node agent (an exporter, a monitor), placed on every GPU node by design, not a workload.
@@ -48,9 +71,4 @@ def running_unrequested(pod: Obj, gpu_nodes: set[str]) -> list[tuple[str, tuple[
     if pod_gpu_requests(pod) or spec.get("resourceClaims"):
         return []
     key = (str(meta.get("namespace") or "default"), str(meta.get("name")))
-    return [
-        (str(spec.get("nodeName")), ((*key, str(cs.get("name"))), cs))
-        for cs in status.get("containerStatuses") or []
-        if (cs.get("state") or {}).get("running")
-        or ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
-    ]
+    return [(str(spec.get("nodeName")), ((*key, str(cs.get("name"))), cs)) for cs in chosen]
