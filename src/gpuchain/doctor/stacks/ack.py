@@ -41,7 +41,7 @@ GPU_MEM = "aliyun.com/gpu-mem"
 GPU_INDEX = "ALIYUN_COM_GPU_MEM_IDX"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OsDefect:
     """A cGPU release range that fails on one OS image, and the ack-ai-installer release that repairs it."""
 
@@ -59,7 +59,7 @@ class OsDefect:
         return bool(cgpu) and any(w in system for w in self.os) and release(cgpu) <= self.cgpu_through
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     """ack.yaml: which labels put a node under cGPU, its pods-per-card limit and message, its known defects."""
 
