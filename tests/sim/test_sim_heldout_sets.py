@@ -59,6 +59,7 @@ ORDER = (
     "heldout40",
     "heldout41",
     "heldout42",
+    "heldout44",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -76,10 +77,11 @@ BESIDE = {
     "heldout40": {"heldout41", "heldout42"},
     "heldout41": {"heldout40", "heldout42"},
     "heldout42": {"heldout40", "heldout41"},
+    "heldout44": {"heldout43", "heldout45"},
 }
 #: Sets smaller than the issue's 20, written in pairs (or threes) beside each other in one stop (16 each; heldout27 10,
 #: heldout29 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10, heldout36 8, heldout37 8, heldout38 10,
-#: heldout40 9 and heldout41 9: their writers found no more uncited, odd-numbered reports with a readable resolution in
+#: heldout40 9, heldout41 9 and heldout44 8: their writers found no more uncited, odd-numbered reports with a readable resolution in
 #: their trackers in time; heldout33 10, heldout39 8 and heldout42 9: their writers found no more usable forum threads
 #: or one-cluster write-ups in the stored pages).
 SMALLER = {
@@ -103,6 +105,7 @@ SMALLER = {
     "heldout40": 9,
     "heldout41": 9,
     "heldout42": 9,
+    "heldout44": 8,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
