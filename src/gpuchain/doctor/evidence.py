@@ -247,6 +247,8 @@ def running_says(ctx: Context, view: NodeView) -> list[Failure]:
     out = []
     image = ctx.stack.node_image and not any(node_gpu_resources(view.node).values())
     for pod in view.pods:
+        if not ctx.logged(pod):
+            continue
         status = pod.get("status") or {}
         inits = status.get("initContainerStatuses") or []
         for cs in [*inits, *(status.get("containerStatuses") or [])]:

@@ -61,6 +61,8 @@ def _texts(ctx: Context, view: NodeView, found: list[Failure] | None) -> list[tu
     if not ctx.logs_read:
         return out
     for pod in view.pods:
+        if not ctx.logged(pod):
+            continue
         spec = pod.get("spec") or {}
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             text = ctx.log(pod, str(c.get("name", "")))
