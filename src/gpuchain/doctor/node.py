@@ -530,6 +530,7 @@ NVIDIA_HANDLER = (
     "containerd.no-runtime-for-handler",
     "containerd.no-runtime-for-nvidia-mode",
     "cri-o.runtime-handler-not-found",
+    "cri-dockerd.runtime-handler-not-supported",
 )
 
 

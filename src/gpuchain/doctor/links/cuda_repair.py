@@ -177,24 +177,54 @@ def _driver_cuda(line: str) -> str:
     return f"; the driver runs CUDA {number // 1000}.{number % 1000 // 10} at most (it answers {number})"
 
 
+def _answered_floor(line: str) -> tuple[str, str, int] | None:
+    """Where no image names its CUDA release: the driver floor the driver's own answer implies (PyTorch's "found
+    version 11040"), the words that say why, and the CUDA major the driver runs. Under minor version compatibility
+    any release of a CUDA major from 11 on runs on that major's floor, so a runtime that finds an 11.x driver too old
+    is of a later major, and the next major's floor is the least that repairs. None where the line quotes no answer,
+    or it is below CUDA 11."""
+    found = DRIVER_API.search(line)
+    if found is None:
+        return None
+    number = int(found.group(1))
+    major = number // 1000
+    floor = MAJOR_FLOOR.get(major + 1) if major >= 11 else None
+    if floor is None:
+        return None
+    words = (
+        f"the node's driver runs CUDA {major}.{number % 1000 // 10} at most (it answers {number}) and any CUDA "
+        f"{major}.x runs on it (minor version compatibility), so the pods' CUDA is {major + 1}.x or later, which "
+        f"needs an NVIDIA driver {floor} or newer"
+    )
+    return floor, words, major
+
+
 def insufficient_repair(
     ctx: Context, view: NodeView, *, pods: list[Obj], image: NodeImage | None, line: str
 ) -> str | None:
-    """The driver floor the pods' image needs and who raises the node's driver to it, None where no image says
-    which CUDA it carries or the node's driver is known to meet it."""
-    found = _pod_cuda(pods)
-    if found is None:
-        return None
-    ref, cuda = found
-    floor = driver_floor(cuda)
-    if floor is None:
-        return None
+    """The driver floor the pods' image needs (or, where no image names its CUDA, the floor the driver's own answer
+    implies) and who raises the node's driver to it, None where neither says or the node's driver is known to meet
+    it."""
     have = node_driver(view.node, view.labels)
     older = f"; the node's driver is {have[0]} ({have[1]})" if have is not None else ""
-    need = (
-        f"the pods' image {ref} carries CUDA {cuda[0]}.{cuda[1]}, which needs an NVIDIA driver {floor} or newer"
-        f"{older}{_driver_cuda(line)}"
-    )
+    found = _pod_cuda(pods)
+    if found is not None:
+        ref, cuda = found
+        floor = driver_floor(cuda)
+        if floor is None:
+            return None
+        need = (
+            f"the pods' image {ref} carries CUDA {cuda[0]}.{cuda[1]}, which needs an NVIDIA driver {floor} or newer"
+            f"{older}{_driver_cuda(line)}"
+        )
+        older_cuda = f"CUDA {cuda[0] - 1}.x" if cuda[0] > 11 else "the CUDA release the driver runs"
+    else:
+        answered = _answered_floor(line)
+        if answered is None:
+            return None
+        floor, need, major = answered
+        need += older
+        older_cuda = f"CUDA {major}.x"
     if have is not None and _version(have[0]) >= _version(floor):
         return None  # the driver meets the image's floor: the entry's own words stand
     update = _bottlerocket_update(
@@ -204,8 +234,7 @@ def insufficient_repair(
         "aws-k8s-1.28-nvidia and later, ship R535 as well)",
     )
     work = update or _driver_owner(ctx, image, floor, view.node)
-    older_cuda = f"{cuda[0] - 1}.x" if cuda[0] > 11 else "the CUDA release the driver runs"
-    return f"{need}: {work}; or run the workload from an image built for CUDA {older_cuda}"
+    return f"{need}: {work}; or run the workload from an image built for {older_cuda}"
 
 
 def fabric_repair_words(ctx: Context, view: NodeView, image: NodeImage | None) -> tuple[str, str] | None:

@@ -10,12 +10,20 @@ v1.30.6+k3s1, v1.29.10+k3s1 and v1.28.15+k3s1 (RKE2 runs k3s's agent: the rke2r1
 on a RuntimeClass whose handler the list lacks gets no sandbox: containerd says `no runtime for "<handler>" is
 configured` (containerd internal/cri/config/config.go). What repairs is a release that registers the handler, the
 handler in the template they render from (config.toml.tmpl), or the pod on the ``nvidia`` RuntimeClass.
+
+On a node whose kubelet reaches Docker (containerRuntimeVersion docker://) a runtime handler is Docker's: the kubelet's
+dockershim (to Kubernetes 1.23) and cri-dockerd before v0.4.0 refuse every handler but ``docker`` (`RuntimeHandler %q
+not supported`, Mirantis/cri-dockerd core/sandbox_run.go@v0.3.9); cri-dockerd from v0.4.0 (#350) runs the pod's
+sandbox and containers under the Docker runtime the handler names and says `no runtime for %q is configured` where
+Docker has none (core/sandbox_helpers.go@v0.4.0). GPU pods on Docker get the GPU through Docker's default runtime
+(nvidia in /etc/docker/daemon.json, the device plugin's documented Docker setup), with no RuntimeClass at all.
 """
 
 from __future__ import annotations
 
 import re
 
+from gpuchain.doctor.links.runtime_default import DOCKER_DEFAULT
 from gpuchain.doctor.node import KUBEADM, Distribution
 
 #: The toolkit's runtime modes other than plain ``nvidia`` (nvidia-container-toolkit cmd/nvidia-ctk runtime
@@ -23,6 +31,10 @@ from gpuchain.doctor.node import KUBEADM, Distribution
 NVIDIA_MODES = ("nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
 #: containerd's CRI words for a missing handler ('no runtime for %q is configured'), the handler captured.
 MISSING = re.compile(r'no runtime for \\?"([\w.-]+)\\?" is configured')
+#: dockershim's and cri-dockerd's (before v0.4.0) refusal of a handler other than ``docker``, the handler captured.
+REFUSED = re.compile(r'RuntimeHandler \\?"([\w.-]+)\\?" not supported')
+#: The first cri-dockerd release that hands a RuntimeClass's handler to Docker (Mirantis/cri-dockerd#350).
+CRI_DOCKERD_HANDLERS = "v0.4.0"
 #: The executable each mode's handler runs (nvidia-container-toolkit's packages install them in /usr/bin).
 RUNTIME = "nvidia-container-runtime"
 BINARY = {
@@ -67,4 +79,31 @@ def mode_handler_repair(dist: Distribution, handler: str, version: str = "") -> 
         f"{handler} runtime (runtime_type io.containerd.runc.v2, options BinaryName /usr/bin/{BINARY[handler]}) "
         f"to {dist.containerd_config}.tmpl, then {dist.restart}; or run the pod with runtimeClassName: nvidia "
         "instead"
+    )
+
+
+def docker_handler_repair(scheme: str, said: list[str]) -> str | None:
+    """The node work for pods whose NVIDIA RuntimeClass handler a Docker node cannot run, by what its CRI shim said in
+    ``said`` (the sandbox Events): a shim that takes no handler at all (then the pods must name no RuntimeClass and
+    Docker's default runtime gives them the GPU, or the shim must be one that passes handlers on), or a cri-dockerd
+    that passes it to a Docker without that runtime (then Docker needs the runtime registered). None on a node that
+    does not run pods through Docker (``scheme`` is the node's containerRuntimeVersion scheme)."""
+    if scheme != "docker":
+        return None
+    refused = next((m.group(1) for m in map(REFUSED.search, said) if m), "")
+    if refused:
+        return (
+            f"this node's kubelet reaches Docker through a CRI shim that takes no runtime handler (dockershim, or "
+            f"cri-dockerd before {CRI_DOCKERD_HANDLERS}), so no pod with a RuntimeClass starts here: remove "
+            f"runtimeClassName: {refused} from the GPU pods' spec (their Deployment's or DaemonSet's pod template) "
+            f"and make nvidia Docker's default runtime, which then gives every container the GPU: {DOCKER_DEFAULT}; "
+            f"or upgrade cri-dockerd to {CRI_DOCKERD_HANDLERS} or later, which hands the {refused} handler to the "
+            f"Docker runtime of that name (registered by nvidia-ctk runtime configure --runtime=docker)"
+        )
+    missing = next((m.group(1) for m in map(MISSING.search, said) if m), "nvidia")
+    return (
+        f"cri-dockerd hands the RuntimeClass's {missing} handler to Docker, which has no runtime of that name: "
+        f"register it with nvidia-ctk runtime configure --runtime=docker (it adds the {missing} runtime to "
+        f"/etc/docker/daemon.json), then systemctl restart docker and systemctl restart cri-docker; or remove "
+        f"runtimeClassName from the GPU pods and make nvidia Docker's default runtime: {DOCKER_DEFAULT}"
     )
