@@ -75,8 +75,8 @@ def on_gpu_pv(check: Check) -> Check:
             sev=Severity.ERROR,
             link="exporter",
             cause=f"the node runs the WSL2 kernel ({kernel}): its GPU is paravirtualised through dxcore (Hyper-V "
-            "GPU-PV or WSL2), where NVML is not available, so DCGM cannot initialise and the exporter cannot start here "
-            "whatever its settings; CUDA and the device plugin work on that path, and GPU pods are not affected.",
+            "GPU-PV or WSL2), where NVML is not available, so DCGM cannot initialise and the exporter cannot start "
+            "here whatever its settings; CUDA and the device plugin work on that path, and GPU pods are not affected.",
             evidence=[
                 state.describe(),
                 f"kernel {kernel}",
