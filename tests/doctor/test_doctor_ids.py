@@ -65,6 +65,8 @@ CLUSTER_TESTS = {
     "test_hami_252_refusing_memory_for_a_wrapped_count_moves_to_253",
     "device-plugin.beside-host-plugin": "doctor.test_doctor_bottlerocket_host_plugin::"
     "test_applied_the_affinity_leaves_the_bottlerocket_node_to_its_own_plugin",
+    "exporter.gpu-pv": "doctor.test_doctor_exporter_gpu_pv::"
+    "test_applied_the_delete_leaves_the_gpu_pv_nodes_without_an_exporter_error",
     "driver.too-old": "test_a_cuda_validation_pod_refused_for_forward_compatibility_names_the_driver_too_old",
     "driver.fabric-manager": "test_cuda_not_initialised_on_a_running_driver_is_the_fabric_manager_not_the_toolkit",
     "workload.runtime-hook-failed": "test_gpu_pods_the_runtime_hook_refuses_to_start_are_the_toolkit_and_node_work",

@@ -26,14 +26,24 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label
 Check = Callable[[Context, NodeView], Result]
 
 SERVICE = "nvidia-k8s-device-plugin"
+#: The label EKS Auto Mode sets on its nodes (docs.aws.amazon.com/eks/latest/userguide/associate-workload.html: "EKS
+#: Auto Mode nodes have set the value of the label eks.amazonaws.com/compute-type to auto"). Its node image brings the
+#: NVIDIA driver and plugin (auto-accelerated.html: "EKS Auto Mode includes the NVIDIA device plugin for Kubernetes.
+#: This plugin runs automatically and isn't visible as a daemon set in your cluster").
+AUTO_MODE = ("eks.amazonaws.com/compute-type", "auto")
+
+
+def auto_mode_node(node: Obj) -> bool:
+    """Is ``node`` an EKS Auto Mode node, whose managed image runs the device plugin itself?"""
+    return ((node.get("metadata") or {}).get("labels") or {}).get(AUTO_MODE[0]) == AUTO_MODE[1]
 
 
 @remembered
 def host_plugin_node(node: Obj) -> bool:
-    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant)? (Asked three times a
-    node: answered once a node in a diagnosis.)"""
+    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant, or an EKS Auto Mode node,
+    whose Bottlerocket-based image AWS manages)? (Asked three times a node: answered once a node in a diagnosis.)"""
     image = str(node_info(node).get("osImage", ""))
-    return image.startswith("Bottlerocket OS") and "nvidia" in image.lower()
+    return (image.startswith("Bottlerocket OS") and "nvidia" in image.lower()) or auto_mode_node(node)
 
 
 def host_plugin(view: NodeView) -> bool:
@@ -50,17 +60,20 @@ def unregistered(ctx: Context, views: list[NodeView]) -> list[Finding]:
             continue
         image = str(node_info(view.node).get("osImage", ""))
         group = labels_of(view.node).get(EKS_POOL) or "<node group>"
+        repair = (
+            # Auto Mode nodes take no admin access: AWS replaces a node deleted, with its current image.
+            f"replace the node: kubectl delete node {view.name} (EKS Auto Mode has no admin access to its nodes; it "
+            "launches a new one from its current node image for the pods that wait)"
+            if auto_mode_node(view.node)
+            else f"restart the image's device plugin service: from the node's admin container (sudo "
+            f"sheltie) systemctl restart {SERVICE}.service, or replace the node; then update node group {group} "
+            "to the newest Bottlerocket release (aws eks update-nodegroup-version --cluster-name <cluster> "
+            f"--nodegroup-name {group}), whose plugin service carries its fixes"
+        )
         action = Fix(
             FixOp.NODE,
             view.name,
-            {
-                "action": f"restart the image's device plugin service: from the node's admin container (sudo "
-                f"sheltie) systemctl restart {SERVICE}.service, or replace the node; then update node group {group} "
-                "to the newest Bottlerocket release (aws eks update-nodegroup-version --cluster-name <cluster> "
-                f"--nodegroup-name {group}), whose plugin service carries its fixes",
-                "drain": False,
-                NOT_SIMULATED: "a host service of the node image is not simulated",
-            },
+            {"action": repair, "drain": False, NOT_SIMULATED: "a host service of the node image is not simulated"},
         )
         present = gpus_present(view)
         out.append(
@@ -97,6 +110,9 @@ def _kept_off(ctx: Context, ds: Obj, hosts: list[Obj]) -> Fix:
     node affinity term on the DaemonSet, ANDed into each term it has, on their node groups (else their names)."""
     if ctx.policy_obj is not None and namespace_of(ds) == ctx.namespace:
         return Fix(FixOp.LABEL_NODE, name_of(hosts[0]), {deploy_label(DEVICE_PLUGIN): "false"})
+    if all(auto_mode_node(n) for n in hosts):
+        # AWS's own way to keep a workload off Auto Mode nodes (associate-workload.html).
+        return away_from(ds, {"key": AUTO_MODE[0], "operator": "NotIn", "values": [AUTO_MODE[1]]})
     groups = sorted({labels_of(n).get(EKS_POOL, "") for n in hosts})
     others = {labels_of(n).get(EKS_POOL, "") for n in ctx.snapshot.nodes if n not in hosts}
     if all(groups) and not others & set(groups):

@@ -30,9 +30,10 @@ from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver import skew_target
 from gpuchain.doctor.links.driver_defects import check_driver_defects
+from gpuchain.doctor.links.exporter_gpu_pv import on_gpu_pv
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.hardware import gpu_faults
-from gpuchain.doctor.links.host_plugin import announcing_host_plugin
+from gpuchain.doctor.links.host_plugin import announcing_host_plugin, plugin_beside
 from gpuchain.doctor.links.k3s_cgroup import check_toolkit_and_cgroup
 from gpuchain.doctor.links.mig import check_mig, mig_root
 from gpuchain.doctor.links.nfd_failing import failing_nfd
@@ -76,7 +77,7 @@ CHECKS: tuple[tuple[str, Check, tuple[Operand, ...]], ...] = (
     ("toolkit", check_toolkit_and_cgroup, (TOOLKIT, VALIDATOR)),
     ("device-plugin", beside_another_plugin(beside_host_plugin(check_device_plugin)), (DEVICE_PLUGIN,)),
     ("gfd", check_gfd, (GFD,)),
-    ("exporter", check_exporter, (DCGM_EXPORTER,)),
+    ("exporter", on_gpu_pv(check_exporter), (DCGM_EXPORTER,)),
     ("mig", check_mig, (MIG_MANAGER,)),
 )
 #: Each operand's link, by its state name.
@@ -101,6 +102,10 @@ def _opted_out(ctx: Context, view: NodeView, driver: Result) -> Finding | None:
     labels = sorted(k for k, v in view.labels.items() if v == "false" and k.startswith(DEPLOY_PREFIX))
     if driver.state is LinkState.OK:
         labels = [k for k in labels if k != DEPLOY_PREFIX + DRIVER.deploy]
+    if announcing_host_plugin(view.node):
+        # The node image's own plugin serves its GPUs: keeping the operator's off is the intended layout (and the
+        # repair of device-plugin.beside-host-plugin), not an opt-out to question.
+        labels = [k for k in labels if k != DEPLOY_PREFIX + DEVICE_PLUGIN.deploy]
     if not labels:
         return None
     everything = OPERANDS_LABEL in labels
@@ -271,7 +276,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
     if stack.id == "none":
         # Nodes whose image runs the device plugin itself need no stack: only the others are missing one.
         hosted = unregistered(ctx, ctx.views)
-        views = [v for v in ctx.views if not host_plugin(v) and not serves_vms(ctx, v)]
+        views = [v for v in ctx.views if not host_plugin(v) and not serves_vms(ctx, v) and not plugin_beside(v)]
         if not views:
             return hosted
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.

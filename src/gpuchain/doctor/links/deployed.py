@@ -4,6 +4,7 @@ or not reconciling), or a taint, selector or missing NFD label keeping it off th
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import cast
 
 from gpuchain.common.labels import DEPLOY_PREFIX, GPU_PRESENT, PAUSED_FOR_MIG_CHANGE
@@ -494,6 +495,30 @@ def elsewhere_unplaced(ctx: Context, *, view: NodeView, operand: Operand, link: 
     return None
 
 
+#: DaemonSets an EKS add-on renders, by their container's name (the chart's ``{{ .Chart.Name }}-dcgm``), with the
+#: add-on and the configuration value that sets their tolerations: the EKS node monitoring agent's dcgm-server, whose
+#: chart renders ``dcgmAgent.tolerations`` since "Add dcgm agent tolerations with default value"
+#: (aws/eks-node-monitoring-agent 92366c7, charts/configuration.schema.json), the repair of
+#: aws/containers-roadmap#2567. The add-on manager puts back a DaemonSet patched by hand when it updates the add-on.
+ADDON_TOLERATIONS = {"eks-node-monitoring-agent-dcgm": ("eks-node-monitoring-agent", "dcgmAgent")}
+
+
+def _addon_tolerations(ds: Obj, tolerations: object) -> str:
+    """The add-on configuration that gives ``ds`` ``tolerations``, where an EKS add-on renders it ("" otherwise)."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for c in spec.get("containers") or ():
+        known = ADDON_TOLERATIONS.get(str(c.get("name", "")))
+        if known:
+            addon, key = known
+            values = json.dumps({key: {"tolerations": tolerations}}, separators=(",", ":"))
+            return (
+                f"; the add-on puts a hand patch back, so set it in the add-on's configuration: aws eks update-addon "
+                f"--cluster-name <cluster> --addon-name {addon} --configuration-values '{values}' (or helm upgrade "
+                f"--set of {key}.tolerations where its chart is installed with Helm)"
+            )
+    return ""
+
+
 def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: str, what: str, no_pod: str) -> Result:
     """``operand.not-scheduled``: ``ds`` places no pod on this node for ``block``, with the change that lets
     it in; ``what`` says whose DaemonSet it is, ``no_pod`` is the evidence line."""
@@ -502,7 +527,9 @@ def _not_scheduled(ctx: Context, view: NodeView, ds: Obj, block: Blocker, link: 
     if block.kind == "taint":
         # The merge patch repeats the tolerations the DaemonSet has: say which ones it adds.
         taints = ", ".join(taint_text(t) for t in block.taints or (block.detail,))
-        fix += f"   # adds tolerations for the node's taints {taints} to the ones it has"
+        fix += f"   # adds tolerations for the node's taints {taints} to the ones it has" + _addon_tolerations(
+            ds, tolerations_for(block)
+        )
     return Result(
         LinkState.BROKEN,
         f"{name_of(ds)} places no pod here",

@@ -175,14 +175,16 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
                 sev=Severity.ERROR,
                 link="device-plugin",
                 cause=f"the device plugin's DaemonSet {ns}/{owner} places a pod on {node}, a node with no NVIDIA GPU "
-                "(no GPU "
-                "label, capacity or GPU instance type), where it cannot start: its DaemonSet selects no GPU nodes.",
+                "(no GPU label, capacity or GPU instance type), where it cannot start: its DaemonSet selects nodes by "
+                "no GPU label, so it lands on every node its selector matches.",
                 evidence=[
                     state.describe(),
                     *(said.evidence("runtime says") if said else ()),
                     f"GPU nodes: {', '.join(sorted(name_of(n) for n in gpu_nodes)[:5])}",
                 ],
-                fix=ctx.stack.render(action) + "   # a node affinity only the GPU nodes match",
+                fix=ctx.stack.render(action)
+                + "   # a node affinity only the GPU nodes match (or a label of your own on the GPU nodes, such as "
+                "gpu=true, in its nodeSelector)",
                 action=action,
             )
         )

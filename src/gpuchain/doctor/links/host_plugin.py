@@ -11,8 +11,23 @@ from gpuchain.doctor.links.common import Result
 from gpuchain.doctor.links.xid_events import check_driver_and_kernel
 from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.node import node_info
+from gpuchain.doctor.owners import owner_ds
+from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.stacks.base import images_of
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
+
+#: NVIDIA's device plugin image (nvcr.io/nvidia/k8s-device-plugin).
+PLUGIN_IMAGE = "k8s-device-plugin"
+
+
+def plugin_beside(view: NodeView) -> bool:
+    """Does a ready pod of NVIDIA's device plugin that no DaemonSet owns run on the node while the node announces
+    allocatable GPUs? K2s' gpu-node addon ran its plugin as a Deployment before its move to CDI (Siemens-Healthineers/
+    K2s#1862, addons/gpu-node/manifests/nvidia-device-plugin.yaml): a plugin serves the node, no stack is missing."""
+    if not any(n > 0 for n in node_gpu_resources(view.node, "allocatable").values()):
+        return False
+    return any(PLUGIN_IMAGE in images_of(p) and not owner_ds(p) and pod_state(p).ready for p in view.workloads)
 
 
 def announcing_host_plugin(node: Obj) -> bool:

@@ -101,7 +101,7 @@ def detect(snapshot: Snapshot) -> Stack:
         {k: {"enabled": False} for k in ("driver", "toolkit", "validator", "devicePlugin", "gfd", "dcgmExporter")}
         | {"migManager": {"enabled": False}}
     )
-    return Stack(
+    none = Stack(
         id="none",
         title="no GPU stack found",
         namespace="",
@@ -111,3 +111,7 @@ def detect(snapshot: Snapshot) -> Stack:
         host_driver=True,
         notes=(f"cloud: {provider}",) if provider else (),
     )
+    # Chain components of their own with no plugin DaemonSet (an exporter beside a plugin the DaemonSet table does
+    # not hold, K2s' Deployment): their pods are still read as their links'.
+    more = elsewhere(snapshot, none)
+    return dataclasses.replace(none, elsewhere=more) if more else none

@@ -51,6 +51,36 @@ def plugin_daemonsets(snapshot: Snapshot) -> list[Obj]:
     ]
 
 
+#: What marks a DaemonSet as a GPU metrics agent beside the plugin: NVIDIA's dcgm-exporter image (K2s' gpu-node addon
+#: applies one with its plugin, Siemens-Healthineers/K2s addons/gpu-node/manifests/dcgm-exporter.yaml), or a container
+#: that runs DCGM's host engine itself (the EKS node monitoring agent add-on's dcgm-server, whose chart runs
+#: ``nv-hostengine -n -b ALL``, aws/eks-node-monitoring-agent charts/.../templates/dcgm-daemonset.yaml).
+EXPORTER_IMAGE, HOST_ENGINE = "dcgm-exporter", "nv-hostengine"
+
+
+def _runs_host_engine(ds: Obj) -> bool:
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any(
+        HOST_ENGINE in " ".join(map(str, [*(c.get("command") or []), *(c.get("args") or [])]))
+        for c in spec.get("containers") or []
+    )
+
+
+def exporter_beside(snapshot: Snapshot, namespace: str, taken: set[str]) -> Obj | None:
+    """The GPU metrics DaemonSet in the plugin's namespace (none of the names in ``taken``): the exporter link's
+    component there, which the same manifest or add-on set deploys beside the plugin."""
+    return next(
+        (
+            d
+            for d in snapshot.daemonsets
+            if namespace_of(d) == namespace
+            and name_of(d) not in taken
+            and (EXPORTER_IMAGE in images_of(d) or EXPORTER_IMAGE in name_of(d) or _runs_host_engine(d))
+        ),
+        None,
+    )
+
+
 def detect(snapshot: Snapshot) -> Stack | None:
     """A device plugin DaemonSet of NVIDIA's with no operator policy around it; where there is none, NVIDIA's
     DRA driver kubelet plugin, which serves the same link through DRA on the same host driver and runtime."""
@@ -71,12 +101,13 @@ def detect(snapshot: Snapshot) -> Stack | None:
         ),
         None,
     )
+    exporter = exporter_beside(snapshot, namespace, {name_of(plugin), gfd or ""})
     spec = ClusterPolicySpec.model_validate(
         {
             "driver": {"enabled": False},
             "toolkit": {"enabled": False},
             "validator": {"enabled": False},
-            "dcgmExporter": {"enabled": False},
+            "dcgmExporter": {"enabled": exporter is not None},
             "gfd": {"enabled": gfd is not None},
             "migManager": {"enabled": False},
         }
@@ -87,6 +118,10 @@ def detect(snapshot: Snapshot) -> Stack | None:
     if gfd:
         daemonsets["gpu-feature-discovery"] = gfd
         containers["gpu-feature-discovery"] = GFD
+    if exporter is not None:
+        daemonsets["dcgm-exporter"] = name_of(exporter)
+        template = ((exporter.get("spec") or {}).get("template") or {}).get("spec") or {}
+        containers["dcgm-exporter"] = str(((template.get("containers") or [{}])[0]).get("name", EXPORTER_IMAGE))
     return Stack(
         id=stack_id,
         title=DRA_TITLE if dra else TITLES[stack_id],
