@@ -44,6 +44,8 @@ CLUSTER_TESTS = {
     "test_a_gpu_pod_without_its_driver_beside_a_registered_plugin_was_admitted_without_its_allocation",
     "driver.mig-allocation-hang": "test_doctor_runtime_binary_and_mig_handles::"
     "test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix_are_the_driver",
+    "driver.precompiled-no-graphics": "test_doctor_driver_graphics::"
+    "test_a_precompiled_image_without_gl_is_the_driver_fault_on_the_graphics_pods_node",
     "toolkit.runtime-cgroup-driver": "test_doctor_runtime_binary_and_mig_handles::"
     "test_nvidia_runtime_pods_killed_on_a_k3s_containerd_before_the_systemd_cgroup_fix_are_the_toolkit",
     "toolkit.default-runtime-left": "test_doctor_runtime_binary_and_mig_handles::"

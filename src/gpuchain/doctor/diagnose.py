@@ -30,6 +30,7 @@ from gpuchain.doctor.links.default_left import default_left
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver import skew_target
 from gpuchain.doctor.links.driver_defects import check_driver_defects
+from gpuchain.doctor.links.driver_pools import driver_pools
 from gpuchain.doctor.links.exporter_gpu_pv import on_gpu_pv
 from gpuchain.doctor.links.gfd import check_gfd
 from gpuchain.doctor.links.hardware import gpu_faults
@@ -423,6 +424,23 @@ def _version_skew(ctx: Context) -> list[Finding]:
                 evidence=evidence,
                 fix="# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
                 "operator's to change), or keep CUDA images within the older driver's branch",
+            )
+        ]
+    pools = driver_pools(ctx, versions) if containers else ()
+    if pools:
+        # NVIDIADriver resources, each with its version and node pool: every node runs its own resource's image.
+        return [
+            Finding(
+                id="driver.version-skew",
+                severity=Severity.WARNING,
+                link="driver",
+                cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}), each the one "
+                "its pool's NVIDIADriver resource names: a supported layout; an image built for the newer CUDA may "
+                "not run on the older driver's pool.",
+                evidence=(*pools, *evidence),
+                fix="# none needed; to move a pool to another driver, change spec.version of its NVIDIADriver "
+                "resource (kubectl edit nvidiadrivers.nvidia.com <name>), or schedule CUDA images onto the pool "
+                "whose driver supports them",
             )
         ]
     if not containers and len(branches) == 1 and not skipped:

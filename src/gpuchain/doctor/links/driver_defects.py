@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.driver_graphics import graphics_missing
 from gpuchain.doctor.links.host_plugin import check_driver_under_host_plugin
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.kube.gpu_resources import pod_gpu_requests
@@ -34,6 +35,18 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 
 def check_driver_defects(ctx: Context, view: NodeView) -> Result:
+    """The driver link's checks and its known release defects, then, on a driver that works, a precompiled image
+    without the graphics libraries a failing graphics pod here needs (links/driver_graphics)."""
+    result = _release_defects(ctx, view)
+    if result.state is LinkState.BROKEN:
+        return result
+    graphics = graphics_missing(ctx, view)
+    if graphics is None:
+        return result
+    return Result(LinkState.DEGRADED, "precompiled driver without graphics libraries", (*result.findings, graphics))
+
+
+def _release_defects(ctx: Context, view: NodeView) -> Result:
     """The driver link's checks, then a driver release known to hang GPU pods' allocation on this node's MIG."""
     result = check_driver_under_host_plugin(ctx, view)
     version = _version(view.labels.get(DRIVER_FULL, ""))

@@ -10,6 +10,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
 from gpuchain.doctor.links.exporter_ready import serving_unprobed
+from gpuchain.doctor.links.exporter_root import host_engine_not_root
 from gpuchain.doctor.links.exporter_sidecars import sidecar_unlabelled
 from gpuchain.doctor.links.metrics import unsupported_fields
 from gpuchain.doctor.links.not_ready import known_not_ready
@@ -117,6 +118,9 @@ def _exporter_failure(ctx: Context, view: NodeView, pod: Obj, state: PodState, l
             fix=ctx.stack.render(Fix(FixOp.UNINSTALL, release, {"release": release, "namespace": ns}))
             + f"   # the second release; or: {ctx.stack.render(remove)}",
         )
+    not_root = host_engine_not_root(ctx, pod=pod, log=log)
+    if not_root is not None:
+        return not_root
     unprivileged = unprivileged_gpu(ctx, view=view, pod=pod, log=log)
     if unprivileged is not None:  # a runtime that injects no GPU here whatever the RuntimeClass
         return unprivileged
