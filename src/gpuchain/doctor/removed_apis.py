@@ -16,13 +16,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
-
-import yaml
 
 from gpuchain.doctor.context import Context
 from gpuchain.doctor.links.releases import operator_release
 from gpuchain.doctor.node import node_info
+from gpuchain.doctor.packaged import packaged_yaml
 from gpuchain.doctor.releases import release_of, version_of
 
 #: The catalog entry of that error in an operator's log.
@@ -50,8 +48,7 @@ class Removed:
 @functools.cache
 def removed_apis() -> tuple[Removed, ...]:
     """Every entry of removed_apis.yaml."""
-    text = resources.files("gpuchain.doctor").joinpath("removed_apis.yaml").read_text()
-    return tuple(Removed(**{k: str(v) for k, v in raw.items()}) for raw in yaml.safe_load(text))
+    return tuple(Removed(**{k: str(v) for k, v in raw.items()}) for raw in packaged_yaml("removed_apis.yaml"))
 
 
 def not_served(line: str) -> tuple[str, str] | None:

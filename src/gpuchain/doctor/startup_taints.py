@@ -22,13 +22,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
+from gpuchain.doctor.packaged import packaged_yaml
 from gpuchain.doctor.placement import pod_blocker, taint_text
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import Defect, defect, image_version
@@ -70,8 +68,7 @@ class StartupTaint:
 @functools.cache
 def known() -> dict[str, StartupTaint]:
     """startup_taints.yaml, by key."""
-    text = resources.files("gpuchain.doctor").joinpath("startup_taints.yaml").read_text()
-    return {str(raw["key"]): StartupTaint(**raw) for raw in yaml.safe_load(text)}
+    return {str(raw["key"]): StartupTaint(**raw) for raw in packaged_yaml("startup_taints.yaml")}
 
 
 def startup_taint(key: str) -> StartupTaint | None:

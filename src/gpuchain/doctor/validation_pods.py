@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING
 
-import yaml
-
+from gpuchain.doctor.packaged import packaged_yaml
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
 if TYPE_CHECKING:
@@ -34,8 +32,8 @@ class ValidationPod:
 @functools.cache
 def validation_pods() -> tuple[ValidationPod, ...]:
     """Every entry of validation_pods.yaml."""
-    text = resources.files("gpuchain.doctor").joinpath("validation_pods.yaml").read_text()
-    return tuple(ValidationPod(**{k: str(v).strip() for k, v in raw.items()}) for raw in yaml.safe_load(text))
+    entries = packaged_yaml("validation_pods.yaml")
+    return tuple(ValidationPod(**{k: str(v).strip() for k, v in raw.items()}) for raw in entries)
 
 
 def validation_of(ctx: Context, pod: Obj) -> ValidationPod | None:

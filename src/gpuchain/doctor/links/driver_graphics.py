@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
-
-import yaml
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
@@ -24,6 +21,7 @@ from gpuchain.doctor.links.driver_pools import NVIDIADRIVER_DS
 from gpuchain.doctor.links.image_missing import PRECOMPILED_TAG
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.owners import owner_daemonset
+from gpuchain.doctor.packaged import packaged_yaml
 from gpuchain.doctor.releases import image_version
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -52,9 +50,9 @@ class ImageDefect:
 @functools.cache
 def image_defects() -> tuple[ImageDefect, ...]:
     """Every entry of precompiled_images.yaml."""
-    text = resources.files("gpuchain.doctor").joinpath("precompiled_images.yaml").read_text()
     return tuple(
-        ImageDefect(**{**raw, "os": tuple(raw["os"]), "entries": tuple(raw["entries"])}) for raw in yaml.safe_load(text)
+        ImageDefect(**{**raw, "os": tuple(raw["os"]), "entries": tuple(raw["entries"])})
+        for raw in packaged_yaml("precompiled_images.yaml")
     )
 
 
