@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from sim.heldout import harness
+from sim.heldout9 import harness as ninth
 
 from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import Report
@@ -174,3 +176,12 @@ def refused_at_start(prefix: str, message: str) -> Callable[[SimCluster], None]:
         sim.cluster.patch_status(POD, name=name_of(pod), status=status, namespace=namespace_of(pod))
 
     return edit
+
+
+def diagnosed_case(tmp_path: Path, doc: str) -> Report:
+    """A whole held-out case file (heldout9's format: ``base``, ``edits``, a placeholder ``expect``) written to
+    ``tmp_path`` and diagnosed with the logs its edits give, for rules whose state the scenario schema cannot say."""
+    path = tmp_path / "case.yaml"
+    path.write_text(doc)
+    case = ninth.load(path)
+    return run_doctor(case.cluster, reader=case.read_log)

@@ -6,12 +6,10 @@ label is the intended layout, not an opt-out to warn about."""
 from __future__ import annotations
 
 from doctor.small_cluster import diagnosed, no_gpus
+from doctor.test_doctor_bottlerocket_host_plugin import _no_plugin_daemonset
 
 from gpuchain.doctor import Severity
 from gpuchain.doctor.model import Finding, Report
-from gpuchain.kube import DAEMONSET, POD
-from gpuchain.kube.objects import name_of, namespace_of
-from gpuchain.sim.build import SimCluster
 
 AUTO = "eks.amazonaws.com/compute-type: auto"
 
@@ -25,13 +23,6 @@ def _cluster(stack: str, *nodes: tuple[str, bool], opt_out: bool = False) -> str
         for n, auto in nodes
     )
     return f"name: t\nstack: {stack}\nnodes:\n{rows}"
-
-
-def _no_plugin_daemonset(sim: SimCluster) -> None:
-    for kind in (POD, DAEMONSET):
-        for obj in sim.cluster.list(kind):
-            if "device-plugin" in name_of(obj):
-                sim.cluster.delete(kind, name=name_of(obj), namespace=namespace_of(obj))
 
 
 def _errors(report: Report) -> list[Finding]:

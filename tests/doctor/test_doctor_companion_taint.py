@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.heldout9 import harness as ninth
+from doctor.small_cluster import diagnosed_case
 
-from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import FixOp, Report, Severity
 
 TAINT = "{key: dedicated, value: gpu, effect: NoSchedule}"
@@ -67,10 +66,7 @@ edits:
         conditions: [{{type: PodScheduled, status: "False", reason: Unschedulable, message: "{message}"}}]
 expect: {{root: none, nodes: [], fix: {{does: x, match: [x]}}}}
 """
-    path = tmp_path / "case.yaml"
-    path.write_text(doc)
-    case = ninth.load(path)
-    return run_doctor(case.cluster, reader=case.read_log)
+    return diagnosed_case(tmp_path, doc)
 
 
 def test_companion_kept_off_the_gpu_node_by_its_taint_gets_the_toleration(tmp_path: Path) -> None:

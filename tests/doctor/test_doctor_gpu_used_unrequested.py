@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.heldout9 import harness as ninth
+from doctor.small_cluster import diagnosed_case
 
-from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import FixOp, Report
 
 LINE = (
@@ -68,10 +67,7 @@ edits:
         ERROR 10-02 08:00:40 [core.py:708] {LINE}
 expect: {{root: none, nodes: [], fix: {{does: x, match: [x]}}}}
 """
-    path = tmp_path / "case.yaml"
-    path.write_text(doc)
-    case = ninth.load(path)
-    return run_doctor(case.cluster, reader=case.read_log)
+    return diagnosed_case(tmp_path, doc)
 
 
 def test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit(tmp_path: Path) -> None:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.heldout9 import harness as ninth
+from doctor.small_cluster import diagnosed_case
 
-from gpuchain.doctor import run_doctor
 from gpuchain.doctor.model import Finding, FixOp, Report, Severity
 
 UUID = "GPU-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
@@ -106,10 +105,7 @@ edits:
 {"".join(edits)}
 expect: {{root: none, nodes: [], fix: {{does: x, match: [x]}}}}
 """
-    path = tmp_path / "case.yaml"
-    path.write_text(doc)
-    case = ninth.load(path)
-    return run_doctor(case.cluster, reader=case.read_log)
+    return diagnosed_case(tmp_path, doc)
 
 
 def _of(report: Report, fid: str) -> list[Finding]:
