@@ -92,8 +92,8 @@ BESIDE = {
 #: forum threads or one-cluster write-ups in the stored pages; heldout43 8: its writer found three uncited, odd-numbered
 #: reports with a readable resolution in the ML platforms' and serving stacks' trackers; heldout45 9: its writer found
 #: four uncited, odd-numbered NVIDIA pull requests that state the failure they fix, and no NVIDIA forum thread in the
-#: stored pages; heldout46 8: its writer found four uncited, odd-numbered reports in NVIDIA's nvidia-docker and
-#: NVSentinel trackers, three with a readable resolution and one whose state the report itself calls healthy, the rest
+#: stored pages; heldout46 10: its writer found five uncited, odd-numbered reports in NVIDIA's nvidia-docker and
+#: NVSentinel trackers, four with a readable resolution and one whose state the report itself calls healthy, the rest
 #: of its share being cited by earlier sets, even-numbered or unresolved).
 SMALLER = {
     "heldout23": 16,
@@ -119,7 +119,7 @@ SMALLER = {
     "heldout43": 8,
     "heldout44": 8,
     "heldout45": 9,
-    "heldout46": 8,
+    "heldout46": 10,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
