@@ -62,6 +62,7 @@ ORDER = (
     "heldout43",
     "heldout44",
     "heldout45",
+    "heldout48",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -82,6 +83,7 @@ BESIDE = {
     "heldout43": {"heldout44", "heldout45"},
     "heldout44": {"heldout43", "heldout45"},
     "heldout45": {"heldout43", "heldout44"},
+    "heldout48": {"heldout46", "heldout47"},
 }
 #: Sets smaller than the issue's 20, written in pairs (or threes) beside each other in one stop (16 each; heldout27 10,
 #: heldout29 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10, heldout36 8, heldout37 8, heldout38 10,
@@ -90,7 +92,8 @@ BESIDE = {
 #: forum threads or one-cluster write-ups in the stored pages; heldout43 8: its writer found three uncited, odd-numbered
 #: reports with a readable resolution in the ML platforms' and serving stacks' trackers; heldout45 9: its writer found
 #: four uncited, odd-numbered NVIDIA pull requests that state the failure they fix, and no NVIDIA forum thread in the
-#: stored pages).
+#: stored pages; heldout48 6: its writer found two uncited non-English pages with a Kubernetes GPU failure and a readable
+#: fix in the stored pages, each used in both two-fault cases, and four descriptions of working clusters).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -115,6 +118,7 @@ SMALLER = {
     "heldout43": 8,
     "heldout44": 8,
     "heldout45": 9,
+    "heldout48": 6,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
