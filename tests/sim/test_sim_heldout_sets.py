@@ -63,6 +63,8 @@ ORDER = (
     "heldout44",
     "heldout45",
     "heldout46",
+    "heldout47",
+    "heldout48",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -84,6 +86,8 @@ BESIDE = {
     "heldout44": {"heldout43", "heldout45"},
     "heldout45": {"heldout43", "heldout44"},
     "heldout46": {"heldout47", "heldout48"},
+    "heldout47": {"heldout46", "heldout48"},
+    "heldout48": {"heldout46", "heldout47"},
 }
 #: Sets smaller than the issue's 20, written in pairs (or threes) beside each other in one stop (16 each; heldout27 10,
 #: heldout29 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10, heldout36 8, heldout37 8, heldout38 10,
@@ -94,7 +98,11 @@ BESIDE = {
 #: four uncited, odd-numbered NVIDIA pull requests that state the failure they fix, and no NVIDIA forum thread in the
 #: stored pages; heldout46 10: its writer found five uncited, odd-numbered reports in NVIDIA's nvidia-docker and
 #: NVSentinel trackers, four with a readable resolution and one whose state the report itself calls healthy, the rest
-#: of its share being cited by earlier sets, even-numbered or unresolved).
+#: of its share being cited by earlier sets, even-numbered or unresolved; heldout47 8: its writer found three uncited,
+#: odd-numbered reports with a readable resolution in the platform and infrastructure-as-code trackers (aks-engine,
+#: Charmed Kubernetes), most others there being cited; heldout48 6: its writer found two uncited non-English pages with
+#: a Kubernetes GPU failure and a readable fix in the stored pages, each used in both two-fault cases, and four
+#: descriptions of working clusters).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -120,6 +128,8 @@ SMALLER = {
     "heldout44": 8,
     "heldout45": 9,
     "heldout46": 10,
+    "heldout47": 8,
+    "heldout48": 6,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
