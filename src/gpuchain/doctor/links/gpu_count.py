@@ -21,7 +21,7 @@ GPU = "nvidia.com/gpu"
 #: The GPUs (count, model as GFD's product label names it) of well-known GPU machine types, from each
 #: provider's instance type pages: AWS EC2 accelerated computing (aws.amazon.com/ec2/instance-types/p4, /p5, /g5,
 #: /g6, /g4), Azure ND/NC series (learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated), Google Cloud
-#: accelerator-optimized (cloud.google.com/compute/docs/gpus).
+#: accelerator-optimized (cloud.google.com/compute/docs/gpus; G2's count is fixed per type, 1 L4 up to g2-standard-32).
 INSTANCE_GPUS: dict[str, tuple[int, str]] = {
     "p3.8xlarge": (4, "V100"),
     "p3.16xlarge": (8, "V100"),
@@ -55,12 +55,29 @@ INSTANCE_GPUS: dict[str, tuple[int, str]] = {
     "a2-megagpu-16g": (16, "A100"),
     "a2-ultragpu-8g": (8, "A100"),
     "a3-highgpu-8g": (8, "H100"),
+    "g2-standard-4": (1, "L4"),
+    "g2-standard-8": (1, "L4"),
+    "g2-standard-12": (1, "L4"),
+    "g2-standard-16": (1, "L4"),
+    "g2-standard-24": (2, "L4"),
+    "g2-standard-32": (1, "L4"),
+    "g2-standard-48": (4, "L4"),
+    "g2-standard-96": (8, "L4"),
 }
+
+#: The labels that name a node's GPU model: GFD's product, and the accelerator its managed cloud attached (GKE's
+#: pool accelerator, AKS's): either ties a machine type's table row to the node.
+MODEL_LABELS = (PRODUCT, "cloud.google.com/gke-accelerator", "kubernetes.azure.com/accelerator")
 
 
 #: The label prefix each provider's node agent sets, by the prefix of that provider's machine type names: a machine
 #: type on a node that carries its provider's labels was set by that provider, not by hand.
-PROVIDER_LABELS = {"Standard_": "kubernetes.azure.com/", "a2-": "cloud.google.com/", "a3-": "cloud.google.com/"}
+PROVIDER_LABELS = {
+    "Standard_": "kubernetes.azure.com/",
+    "a2-": "cloud.google.com/",
+    "a3-": "cloud.google.com/",
+    "g2-": "cloud.google.com/",
+}
 
 
 def _managed(view: NodeView, machine: str) -> bool:
@@ -70,12 +87,13 @@ def _managed(view: NodeView, machine: str) -> bool:
 
 
 def expected_gpus(view: NodeView, labelled: int | None) -> tuple[int, str] | None:
-    """The GPUs the node has and what says so: its machine type's count where GFD's product label names the same
-    GPU model (a label that names another model is no machine of that type), else GFD's count label
-    (``labelled``)."""
+    """The GPUs the node has and what says so: its machine type's count where GFD's product label or its cloud's
+    accelerator label names the same GPU model (a label that names another model is no machine of that type), else
+    GFD's count label (``labelled``), else its cloud's count label. The machine type comes first: a type whose GPU
+    count is fixed (G2, P4d, ND) outranks a pool count label that says more than the type can hold."""
     machine = view.labels.get(INSTANCE_TYPE, "")
     count, model = INSTANCE_GPUS.get(machine, (0, ""))
-    if count and model in view.labels.get(PRODUCT, ""):
+    if count and any(model.lower() in view.labels.get(key, "").lower() for key in MODEL_LABELS):
         return count, f"{INSTANCE_TYPE}={machine} has {count} {model} GPUs"
     return (labelled, f"nvidia.com/gpu.count={labelled}") if labelled else provider_count(view)
 
