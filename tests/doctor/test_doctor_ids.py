@@ -223,6 +223,8 @@ CLUSTER_TESTS = {
     "test_companion_kept_off_the_gpu_node_by_its_taint_gets_the_toleration",
     "workload.gpu-used-unrequested": "doctor.test_doctor_gpu_used_unrequested::"
     "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
+    "node.lxd-gpu-not-passed": "doctor.test_lxd_gpu::"
+    "test_a_juju_lxd_container_worker_without_the_gpu_device_is_the_node_given_the_device",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -15,6 +15,7 @@ from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
 from gpuchain.doctor.links.kai_sharing import binder_without_cdi
 from gpuchain.doctor.links.kubelet_defects import running_rejected
+from gpuchain.doctor.links.lxd_gpu import lxd_without_gpu
 from gpuchain.doctor.links.nvml_lost import lost_gpus
 from gpuchain.doctor.links.outof_gpu import refused_before_plugin
 from gpuchain.doctor.links.plugin_validator import validation_outbid
@@ -477,13 +478,17 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     apps = [
         p for p in view.workloads if (p.get("metadata") or {}).get("namespace") not in (ctx.namespace, "kube-system")
     ]
-    hook = _hook_refused(ctx, view, apps)
+    # A Juju LXD worker with no GPU device in its machine: the hook's and CUDA's refusals are that, not the stack's.
+    no_device = lxd_without_gpu(ctx, view, apps)
+    if no_device is not None:
+        findings.append(no_device)
+    hook = _hook_refused(ctx, view, apps) if no_device is None else None
     if hook is not None:
         findings.append(hook)
     no_driver = _no_driver_injected(ctx, view, apps)
     if no_driver is not None:
         findings.append(no_driver)
-    unusable = _cuda_unusable(ctx, view, apps)
+    unusable = _cuda_unusable(ctx, view, apps) if no_device is None else None
     if unusable is not None:
         findings.append(unusable)
     findings += cgpu_unstarted(ctx, view, apps)
