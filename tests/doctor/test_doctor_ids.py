@@ -225,6 +225,8 @@ CLUSTER_TESTS = {
     "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
     "node.lxd-gpu-not-passed": "doctor.test_lxd_gpu::"
     "test_a_juju_lxd_container_worker_without_the_gpu_device_is_the_node_given_the_device",
+    "driver.aks-engine-addon-off": "doctor.test_aks_engine_addon::"
+    "test_aks_engine_agents_with_no_gpu_stack_are_each_the_driver_the_addon_installs",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

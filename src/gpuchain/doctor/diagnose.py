@@ -23,6 +23,7 @@ from gpuchain.doctor.bottlerocket import beside_host_plugin, host_plugin, unregi
 from gpuchain.doctor.context import Context, NodeView, index
 from gpuchain.doctor.dra_conflict import dra_conflicts
 from gpuchain.doctor.evidence import failure_at, failures, unrecognised, witnesses
+from gpuchain.doctor.links.aks_engine import NO_PLUGIN, provisioned_without_driver
 from gpuchain.doctor.links.bundled_runc import FINDING as BUNDLED_RUNC
 from gpuchain.doctor.links.bundled_runc import runc_release_defect
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
@@ -278,6 +279,10 @@ def _policy_findings(ctx: Context) -> list[Finding]:
         # Nodes whose image runs the device plugin itself need no stack: only the others are missing one.
         hosted = unregistered(ctx, ctx.views)
         views = [v for v in ctx.views if not host_plugin(v) and not serves_vms(ctx, v) and not plugin_beside(v)]
+        # aks-engine agents provisioned with its nvidia-device-plugin addon off lack the driver too: the addon is it.
+        unprovisioned = [f for v in views if (f := provisioned_without_driver(ctx, v, evidence=NO_PLUGIN)) is not None]
+        views = [v for v in views if v.name not in {f.node for f in unprovisioned}]
+        hosted += unprovisioned
         if not views:
             return hosted
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.

@@ -8,6 +8,7 @@ import re
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import NOT_STARTED
+from gpuchain.doctor.links.aks_engine import provisioned_without_driver
 from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log
 from gpuchain.doctor.links.config_source import dumped_config
 from gpuchain.doctor.links.deployed import operator_pod, restart_operator, unscheduled
@@ -213,6 +214,8 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
         return tegra
     if (k3s := distribution_default(ctx, view=view, evidence=evidence)) is not None:
         return k3s
+    if (unprovisioned := provisioned_without_driver(ctx, view, evidence=evidence)) is not None:
+        return Result(LinkState.BROKEN, "aks-engine agent without the NVIDIA driver", (unprovisioned,))
     docker = docker_setup(view.node)
     runtime = "Docker" if docker else "CRI-O" if runtime_scheme(view.node) == "cri-o" else "containerd"
     action = Fix(
