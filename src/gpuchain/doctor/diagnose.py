@@ -281,8 +281,9 @@ def _policy_findings(ctx: Context) -> list[Finding]:
         views = [v for v in ctx.views if not host_plugin(v) and not serves_vms(ctx, v) and not plugin_beside(v)]
         # aks-engine agents provisioned with its nvidia-device-plugin addon off lack the driver too: the addon is it.
         unprovisioned = [f for v in views if (f := provisioned_without_driver(ctx, v, evidence=NO_PLUGIN)) is not None]
-        views = [v for v in views if v.name not in {f.node for f in unprovisioned}]
-        hosted += unprovisioned
+        provisioned = {f.node for f in unprovisioned}
+        views = [v for v in views if v.name not in provisioned]
+        hosted = [*hosted, *unprovisioned]
         if not views:
             return hosted
         # Managed clouds' GPU images bring the driver and the runtime: NVIDIA's plugin is all they need.
