@@ -75,3 +75,8 @@ def test_an_agent_whose_plugin_cannot_load_nvml_is_the_driver_not_the_default_ru
     (found,) = [f for f in report.findings if f.id == "driver.aks-engine-addon-off"]
     assert found.node == "k8s-late-55667788-0" and "late agents" in found.fix
     assert "toolkit.runtime-not-default" not in report.ids
+
+
+def test_an_agent_whose_driver_gfd_has_seen_is_not_taken_for_one_without_it(tmp_path: Path) -> None:
+    report = diagnosed_case(tmp_path, _without_stack(", nvidia.com/cuda.driver-version.full: 470.82.01"))
+    assert "driver.aks-engine-addon-off" not in report.ids

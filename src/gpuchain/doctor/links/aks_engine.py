@@ -17,7 +17,7 @@ whose driver comes from the image instead."""
 from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.common import DRIVER_VERSION, node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 
 #: The labels aks-engine puts on an NVIDIA agent (pkg/api/types.go GetKubernetesLabels).
@@ -44,8 +44,8 @@ def provisioned_without_driver(ctx: Context, view: NodeView, *, evidence: list[s
     driver or NVIDIA runtime); None for any other node. ``evidence`` is what shows the node has no NVML (the plugin's
     log) or no plugin at all."""
     pool = aks_engine_gpu_agent(view)
-    if not pool:
-        return None
+    if not pool or view.labels.get(DRIVER_VERSION):
+        return None  # not such an agent, or GFD saw a driver on it: the addon's driver step did run
     action = Fix(
         FixOp.NODE,
         view.name,
