@@ -19,6 +19,7 @@ from gpuchain.doctor.links.kai_sharing import kai_share, reserved_groups
 from gpuchain.doctor.links.unprivileged_envvar import ignores_envvar
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.scheduling import owner_of
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj
 
@@ -101,6 +102,8 @@ def gpus_without_request(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
     if not seeing:
         return None
     holders = [_ref(p) for p in apps if pod_gpu_requests(p) and pod_state(p).status.startswith("Running")]
+    if not holders and len(seeing) > 1:
+        return _contending(view, seeing)
     action = _fix(ctx, view)
     shared = (
         f"; the device plugin has given this node's GPUs to {', '.join(holders[:3])}, so those GPUs are used by pods "
@@ -130,4 +133,46 @@ def gpus_without_request(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
         ],
         fix=fix,
         action=action,
+    )
+
+
+def _request_fix(pod: Obj) -> str:
+    """The change that has the device plugin allocate the pod's GPU: ``kubectl set resources`` on its controller, or
+    the pod made again with the limit where it has none (a pod's resources do not change in place)."""
+    owner = owner_of(pod)
+    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name")]
+    only = f" -c {containers[0]}" if len(containers) == 1 else ""
+    if owner.kind == "Pod":
+        return (
+            f"recreate pod {owner.namespace}/{owner.name} with resources.limits nvidia.com/gpu: 1 in its GPU "
+            "container (requests = limits)"
+        )
+    return (
+        f"kubectl -n {owner.namespace} set resources {owner.kind.lower()}/{owner.name}{only} --limits=nvidia.com/gpu=1"
+    )
+
+
+def _contending(view: NodeView, seeing: list[Obj]) -> Finding:
+    """Several pods that request no GPU see all of the node's GPUs, and no pod holds one from the device plugin: the
+    GPUs are used only outside the plugin, every such pod on every GPU, with nothing (scheduler, plugin) keeping them
+    apart. The toolkit's setting would take the GPUs from the only pods that use them; the repair is in the pods:
+    each asks the plugin for its GPU (``nvidia.com/gpu`` in its limits), so the plugin hands each its own device
+    and the scheduler counts them."""
+    fixes = list(dict.fromkeys(_request_fix(p) for p in seeing))
+    return node_finding(
+        view,
+        fid="workload.gpu-without-request",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=(
+            f"{len(seeing)} pods that request no nvidia.com/gpu set NVIDIA_VISIBLE_DEVICES to GPUs the runtime gives "
+            "them, and none holds a GPU from the device plugin: every one of them uses the same GPUs, which the "
+            "scheduler and the plugin count as free, so they contend for the GPUs' memory and compute."
+        ),
+        evidence=[
+            "pods requesting no nvidia.com/gpu: "
+            + ", ".join(f"{_ref(p)} (NVIDIA_VISIBLE_DEVICES={visible_devices(p)})" for p in seeing[:5]),
+            "no pod on the node holds a GPU from the device plugin",
+        ],
+        fix="; ".join(fixes[:3]) + "   # each pod then gets its own GPU from the device plugin",
     )
