@@ -223,6 +223,8 @@ CLUSTER_TESTS = {
     "test_companion_kept_off_the_gpu_node_by_its_taint_gets_the_toleration",
     "workload.gpu-used-unrequested": "doctor.test_doctor_gpu_used_unrequested::"
     "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
+    "mig.left-on": "doctor.test_doctor_mig_left_on::"
+    "test_a_mig_layout_left_after_the_manager_was_switched_off_is_the_mig_link_run_with_all_disabled",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
