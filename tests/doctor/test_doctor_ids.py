@@ -225,6 +225,8 @@ CLUSTER_TESTS = {
     "test_unrequested_pod_on_a_taken_gpu_gets_a_gpu_limit",
     "mig.left-on": "doctor.test_doctor_mig_left_on::"
     "test_a_mig_layout_left_after_the_manager_was_switched_off_is_the_mig_link_run_with_all_disabled",
+    "node.gpu-lost-at-probe": "doctor.test_doctor_gpu_lost_at_probe::"
+    "test_a_gpu_lost_at_probe_on_a_short_node_is_the_node_power_cycled",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {
