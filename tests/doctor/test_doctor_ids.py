@@ -227,6 +227,10 @@ CLUSTER_TESTS = {
     "test_a_juju_lxd_container_worker_without_the_gpu_device_is_the_node_given_the_device",
     "driver.aks-engine-addon-off": "doctor.test_aks_engine_addon::"
     "test_aks_engine_agents_with_no_gpu_stack_are_each_the_driver_the_addon_installs",
+    "mig.left-on": "doctor.test_doctor_mig_left_on::"
+    "test_a_mig_layout_left_after_the_manager_was_switched_off_is_the_mig_link_run_with_all_disabled",
+    "node.gpu-lost-at-probe": "doctor.test_doctor_gpu_lost_at_probe::"
+    "test_a_gpu_lost_at_probe_on_a_short_node_is_the_node_power_cycled",
 }
 #: ``gpuchain doctor --local`` (the node's own NVML): host work, tested below.
 LOCAL = {

@@ -31,6 +31,7 @@ from gpuchain.doctor.finished import NOT_SUCCEEDED, failed_containers, split_fin
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
+from gpuchain.doctor.probe_monitor import monitor_log_candidates
 from gpuchain.doctor.ready_gpu_logs import probe_kept, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
@@ -422,6 +423,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sampled += fabric_log_candidates(
         snapshot.pods, namespace=stack.namespace, is_driver=lambda ns, ds: "driver" in operands_in(ns, ds)
     )
+    # A GPU the kernel could not probe: the syslog health monitor's log on a node short of its peers' GPUs says so.
+    sampled += monitor_log_candidates(snapshot.pods, snapshot.nodes)
     sampled = list(dict(sampled).items())  # one read per container, however many reasons ask for it
     plugins = sorted((plugin_on[n] for n in troubled_on if n in plugin_on), key=by_key)[:MAX_WORKLOAD_LOGS]
     sandbox = sandbox_log_candidates(snapshot, stack)  # a VM node's operands (none on a cluster without one)

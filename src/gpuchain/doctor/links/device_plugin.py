@@ -8,7 +8,14 @@ from __future__ import annotations
 from gpuchain.common.labels import PAUSED_FOR_MIG_CHANGE
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import NVML_FOUND, Result, node_finding, operand_log, opted_out
+from gpuchain.doctor.links.common import (
+    NVML_FOUND,
+    Result,
+    node_finding,
+    operand_daemonset,
+    operand_log,
+    opted_out,
+)
 from gpuchain.doctor.links.deployed import elsewhere_unplaced, unscheduled
 from gpuchain.doctor.links.dra_plugin import check_dra_plugin, check_gpuchain_dra, stale_dra_plugin
 from gpuchain.doctor.links.mig import mig_finding
@@ -101,7 +108,8 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     if not announced and allocator_of(view.node) == DRA:  # kube.allocator: none by design
         return check_gpuchain_dra(ctx, view)
     if not announced:
-        return not_registered(ctx, view=view, state=state, log=log, capacity=capacity)
+        pending = _spec_unobserved(ctx, view) if state is None else None
+        return pending or not_registered(ctx, view=view, state=state, log=log, capacity=capacity)
     findings = count_findings(ctx, view=view, capacity=capacity, allocatable=allocatable)
     summary = ", ".join(
         f"{k.removeprefix('nvidia.com/')} {allocatable.get(k, v)}/{v}" for k, v in sorted(capacity.items())
@@ -228,3 +236,41 @@ def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
             ),
         )
     return None
+
+
+def _spec_unobserved(ctx: Context, view: NodeView) -> Result | None:
+    """No plugin pod on a node its DaemonSet admits, while the DaemonSet's controller has not yet observed its latest
+    spec (``metadata.generation`` above ``status.observedGeneration``, what ``kubectl rollout status`` waits on with
+    "Waiting for daemon set spec update to be observed"): its counts, and the missing pod, are of the spec before the
+    last edit (a toleration or selector just added), so the empty capacity is a rollout not yet made, not a plugin
+    that failed to register. A warning, with the wait that settles it; the doctor run again then judges the pod."""
+    ds = operand_daemonset(ctx, DEVICE_PLUGIN)
+    if ds is None:
+        return None
+    generation = ds["metadata"].get("generation")
+    observed = (ds.get("status") or {}).get("observedGeneration")
+    if not isinstance(generation, int) or not isinstance(observed, int) or observed >= generation:
+        return None
+    namespace = ds["metadata"].get("namespace") or ctx.namespace
+    return Result(
+        LinkState.DEGRADED,
+        "plugin DaemonSet spec not yet observed",
+        (
+            node_finding(
+                view,
+                fid="device-plugin.not-registered",
+                sev=Severity.WARNING,
+                link="device-plugin",
+                cause=(
+                    f"no device plugin pod runs here and the capacity announces no GPU yet, but {name_of(ds)}'s "
+                    "controller has not observed its latest spec: its pods and counts are of the spec before the "
+                    "last change, so the plugin is still to be rolled out here rather than failed."
+                ),
+                evidence=[
+                    f"{name_of(ds)}: metadata.generation {generation}, status.observedGeneration {observed}",
+                    f"node {view.name} capacity: no nvidia.com/* resource",
+                ],
+                fix=f"kubectl -n {namespace} rollout status daemonset/{name_of(ds)}   # then run the doctor again",
+            ),
+        ),
+    )

@@ -20,6 +20,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import Failure
 from gpuchain.doctor.kernel_log import mentioned, node_xids
+from gpuchain.doctor.links.probe_lost import fell_off_at_probe
 from gpuchain.doctor.links.xid_events import xid_findings
 from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
 from gpuchain.gpu import xid as xids
@@ -81,7 +82,8 @@ def gpu_faults(ctx: Context, view: NodeView, witnessed: list[Failure]) -> list[F
     the node shows that are not the driver link's."""
     lost = gpu_lost(ctx, view, witnessed)
     if lost is None:
-        return [f for f in xid_findings(ctx, view) if f.link != "driver"]
+        at_probe = fell_off_at_probe(ctx, view)
+        return [f for f in xid_findings(ctx, view) if f.link != "driver"] + ([at_probe] if at_probe else [])
     # The kernel's own word for it, where the node shows one, names the GPU that left the bus.
     off = [s for s in node_xids(ctx, view) if xids.describe(s.code).group == "bus"] if mentioned(ctx, view) else []
     said = tuple(f"{s.places[0]}: {s.lines[0]}" for s in off[:2])

@@ -21,6 +21,7 @@ from gpuchain.doctor.evidence import Failure
 from gpuchain.doctor.links.common import Result, node_finding, operand_daemonset
 from gpuchain.doctor.links.mig_empty import mig_without_instances
 from gpuchain.doctor.links.mig_host_clients import host_clients_hang
+from gpuchain.doctor.links.mig_left import mig_left_on
 from gpuchain.doctor.links.mig_partition import partition_failed
 from gpuchain.doctor.links.mig_wait import client_stuck
 from gpuchain.doctor.links.releases import release_repair
@@ -273,7 +274,7 @@ def check_mig(ctx: Context, view: NodeView) -> Result:
     wanted = view.labels.get(MIG_CONFIG)
     if not wanted:
         return Result(LinkState.SKIPPED, "MIG not requested")
-    finding = mig_finding(ctx, view)
+    finding = mig_finding(ctx, view) or mig_left_on(ctx, view)
     if finding is not None:
         return Result(LinkState.BROKEN, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE)}", (finding,))
     return Result(LinkState.OK, f"{wanted}: {view.labels.get(MIG_CONFIG_STATE, 'unknown')}")

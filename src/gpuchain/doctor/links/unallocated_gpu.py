@@ -43,7 +43,7 @@ TAKEN_WORDS = ("vllm.gpu-memory-taken",)
 RESOURCE = "nvidia.com/gpu"
 
 
-def _limit_ops(pod: Obj, owner_kind: str, saying: set[str]) -> list[dict[str, Any]]:
+def limit_ops(pod: Obj, owner_kind: str, saying: set[str]) -> list[dict[str, Any]]:
     """JSON-patch ops that add one ``nvidia.com/gpu`` to the limits of each container that said so (the limit alone
     is enough: a request of an extended resource defaults to its limit)."""
     base = "/spec" if owner_kind == "Pod" else "/spec/template/spec"
@@ -67,7 +67,7 @@ def _taken(ctx: Context, view: NodeView, pod: Obj, found: catalog.Match, saying:
     """``pod`` requests no GPU yet says the GPU it uses is taken: the runtime gave it GPUs never allocated to it."""
     spec = pod.get("spec") or {}
     owner = owner_of(pod)
-    ops = _limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
+    ops = limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
     action = resources_fix(owner, ops)
     ref = f"{namespace_of(pod)}/{name_of(pod)}"
     held = sum(sum(pod_gpu_requests(p).values()) for p in view.workloads)
@@ -115,7 +115,7 @@ def unallocated_gpu(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | 
         if found.entry.id in TAKEN_WORDS:
             return _taken(ctx, view, pod, found, saying, announced)
         owner = owner_of(pod)
-        ops = _limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
+        ops = limit_ops(pod, owner.kind, saying or {str(c.get("name")) for c in spec.get("containers") or []})
         action = resources_fix(owner, ops)
         ref = f"{namespace_of(pod)}/{name_of(pod)}"
         return node_finding(

@@ -16,9 +16,11 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.kai_sharing import kai_share, reserved_groups
+from gpuchain.doctor.links.unallocated_gpu import limit_ops
 from gpuchain.doctor.links.unprivileged_envvar import ignores_envvar
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import pod_state
+from gpuchain.doctor.scheduling import owner_of, resources_fix
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj
 
@@ -40,6 +42,15 @@ def visible_devices(pod: Obj) -> str | None:
             if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
                 return str(env.get("value", ""))
     return None
+
+
+def _setting(pod: Obj) -> set[str]:
+    """The containers of ``pod`` that set NVIDIA_VISIBLE_DEVICES (the ones the runtime gives GPUs)."""
+    return {
+        str(c.get("name"))
+        for c in (pod.get("spec") or {}).get("containers") or []
+        if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in c.get("env") or [])
+    }
 
 
 def _ref(pod: Obj) -> str:
@@ -101,6 +112,8 @@ def gpus_without_request(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
     if not seeing:
         return None
     holders = [_ref(p) for p in apps if pod_gpu_requests(p) and pod_state(p).status.startswith("Running")]
+    if not holders and len(seeing) > 1:
+        return _contending(ctx, view, seeing)
     action = _fix(ctx, view)
     shared = (
         f"; the device plugin has given this node's GPUs to {', '.join(holders[:3])}, so those GPUs are used by pods "
@@ -130,4 +143,35 @@ def gpus_without_request(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
         ],
         fix=fix,
         action=action,
+    )
+
+
+def _contending(ctx: Context, view: NodeView, seeing: list[Obj]) -> Finding:
+    """Several pods that request no GPU see the node's GPUs, and no pod holds one from the device plugin: the GPUs
+    are used only outside the plugin, every such pod on the same GPUs, with nothing (scheduler, plugin) keeping them
+    apart. The toolkit's setting would take the GPUs from the only pods that use them; the repair is in the pods:
+    each asks the plugin for its GPU (``nvidia.com/gpu`` in its limits), so the plugin hands each its own device
+    and the scheduler counts them."""
+    owners = {owner_of(p).ref: p for p in seeing}
+    fixes = [resources_fix(owner_of(p), limit_ops(p, owner_of(p).kind, _setting(p))) for p in owners.values()]
+    return node_finding(
+        view,
+        fid="workload.gpu-without-request",
+        sev=Severity.ERROR,
+        link="device-plugin",
+        cause=(
+            f"{len(seeing)} pods that request no nvidia.com/gpu set NVIDIA_VISIBLE_DEVICES to GPUs the runtime gives "
+            "them, and none holds a GPU from the device plugin: they all use the same GPUs, which the scheduler and "
+            "the plugin count as free, so they contend for the GPUs' memory and compute."
+        ),
+        evidence=[
+            "pods requesting no nvidia.com/gpu: "
+            + ", ".join(f"{_ref(p)} (NVIDIA_VISIBLE_DEVICES={visible_devices(p)})" for p in seeing[:5]),
+            "no pod on the node holds a GPU from the device plugin",
+        ],
+        fix=ctx.stack.render(fixes[0])
+        + "   # nvidia.com/gpu: 1 in the limits of each container that sets NVIDIA_VISIBLE_DEVICES, so the device "
+        "plugin gives each pod a GPU of its own"
+        + (f"; the same for {', '.join(f.target for f in fixes[1:4])}" if len(fixes) > 1 else ""),
+        action=fixes[0],
     )
