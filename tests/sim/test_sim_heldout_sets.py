@@ -65,6 +65,7 @@ ORDER = (
     "heldout46",
     "heldout47",
     "heldout48",
+    "heldout49",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -88,6 +89,7 @@ BESIDE = {
     "heldout46": {"heldout47", "heldout48"},
     "heldout47": {"heldout46", "heldout48"},
     "heldout48": {"heldout46", "heldout47"},
+    "heldout49": {"heldout50"},
 }
 #: Sets smaller than the issue's 20, written in pairs (or threes) beside each other in one stop (16 each; heldout27 10,
 #: heldout29 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10, heldout36 8, heldout37 8, heldout38 10,
@@ -102,7 +104,10 @@ BESIDE = {
 #: odd-numbered reports with a readable resolution in the platform and infrastructure-as-code trackers (aks-engine,
 #: Charmed Kubernetes), most others there being cited; heldout48 6: its writer found two uncited non-English pages with
 #: a Kubernetes GPU failure and a readable fix in the stored pages, each used in both two-fault cases, and four
-#: descriptions of working clusters).
+#: descriptions of working clusters; heldout49 5: its writer found two uncited, odd-numbered reports with a readable
+#: resolution in small projects' trackers (a one-person LLM operator, a community chart catalogue), each used in both
+#: two-fault cases, and three descriptions of working clusters, the homelab repositories' GPU reports it found being
+#: even-numbered pull requests or cited).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -130,6 +135,7 @@ SMALLER = {
     "heldout46": 10,
     "heldout47": 8,
     "heldout48": 6,
+    "heldout49": 5,
 }
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
