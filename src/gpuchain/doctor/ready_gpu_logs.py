@@ -35,6 +35,8 @@ NVML_LOST = "nvml.unknown-error-in-workload"
 MAX_READY_LOGS = 3
 #: CUDA's words when an allocation finds too little free device memory (catalog.yaml).
 OUT_OF_MEMORY = "cuda.out-of-memory"
+#: A codec's words when it cannot load a driver library of a capability the runtime did not inject (catalog.yaml).
+CAPABILITY_LIBRARY = ("ffmpeg.cannot-load-library",)
 #: The most time-sliced GPU nodes whose tenants' logs are read, and the most tenants read on each.
 MAX_SHARED_NODES = 3
 MAX_TENANTS = 8
@@ -108,6 +110,7 @@ def lost_gpus_said(text: str) -> bool:
 
 
 def probe_kept(text: str) -> bool:
-    """Whether a probed log is kept: it says NVML lost the GPU, or CUDA ran out of memory (the failures the probe
-    reads for)."""
-    return catalog.find(text, NVML_LOST, OUT_OF_MEMORY) is not None
+    """Whether a probed log is kept: it says NVML lost the GPU, CUDA ran out of memory, or a codec could not load a
+    driver library the runtime injects only for a capability the container did not ask for (the failures the probe
+    reads for; a transcoder that fails a job keeps running ready)."""
+    return catalog.find(text, NVML_LOST, OUT_OF_MEMORY, *CAPABILITY_LIBRARY) is not None

@@ -10,6 +10,7 @@ from gpuchain.doctor.links.admitted_early import admitted_without_device, recove
 from gpuchain.doctor.links.common import node_finding, said_by
 from gpuchain.doctor.links.cuda_repair import INSUFFICIENT, SYSTEM_NOT_READY, fabric_repair_words, insufficient_repair
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
+from gpuchain.doctor.links.driver_caps import missing_capability
 from gpuchain.doctor.links.gpushare import cgpu_unstarted
 from gpuchain.doctor.links.hami_core import miscounted_memory
 from gpuchain.doctor.links.host_plugin import announcing_host_plugin
@@ -283,7 +284,8 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     hit: list[Obj] = []
     said: catalog.Match | None = None
     # Where runc stays the default, CUDA's "insufficient driver" in a pod with no RuntimeClass is no libcuda at all.
-    words = (*NO_DRIVER_IN_POD, *(ALSO_NO_LIBRARY if keeps_runc_default(ctx, view=view) else ()))
+    # And CUDA's "no CUDA-capable device" there is no device node: runc does not act on NVIDIA_VISIBLE_DEVICES.
+    words = (*NO_DRIVER_IN_POD, *((*ALSO_NO_LIBRARY, *NO_GPU) if keeps_runc_default(ctx, view=view) else ()))
     for pod in apps:
         if not pod_gpu_requests(pod) or (pod.get("spec") or {}).get("runtimeClassName"):
             continue
@@ -295,7 +297,9 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
         return None
     owner = owner_of(hit[0])
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
-    early = admitted_without_device(ctx, view=view, hit=hit, said=said)
+    # CUDA's "no device" is read here only where runc stays the default: k3s's and RKE2's containerd, or a toolkit told
+    # not to default, run a plugin that found NVML some other way (host mounts), not through the default runtime.
+    early = admitted_without_device(ctx, view=view, hit=hit, said=said) if said.entry.id not in NO_GPU else None
     if early is not None:
         return early
     regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
@@ -317,6 +321,11 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
             "runtime, so CUDA's words here mean it found no libcuda (cudaErrorInsufficientDriver, what it answers "
             "without one), not a driver older than the image's CUDA."
             if said.entry.id in ALSO_NO_LIBRARY
+            else f"they name no RuntimeClass and {distribution_of(view.node).name}'s containerd keeps runc its "
+            "default runtime, which does not act on the device plugin's NVIDIA_VISIBLE_DEVICES: no GPU device node "
+            "and no driver library reach the container, so CUDA finds no device (cudaErrorNoDevice), not a driver "
+            "that does not serve the GPU."
+            if said.entry.id in NO_GPU
             else said.entry.cause
         ),
         evidence=[f"GPU pods with no runtimeClassName on it that say so: {refs}", *said.evidence("pod says"), made],
@@ -405,7 +414,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
             continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
         classed = (pod.get("spec") or {}).get("runtimeClassName")
         meant = classed or (ctx.policy_obj is None and not keeps_runc_default(ctx, view=view))
-        if found.entry.id in ALSO_NO_LIBRARY and not meant:
+        if found.entry.id in (*ALSO_NO_LIBRARY, *NO_GPU) and not meant:
             continue  # a pod the operator's nvidia runtime class does not run: maybe no driver library was injected
         hit.append(pod)
         said = said or found
@@ -488,6 +497,9 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     no_driver = _no_driver_injected(ctx, view, apps)
     if no_driver is not None:
         findings.append(no_driver)
+    uncapable = missing_capability(ctx, view, apps)
+    if uncapable is not None:
+        findings.append(uncapable)
     unusable = _cuda_unusable(ctx, view, apps) if no_device is None else None
     if unusable is not None:
         findings.append(unusable)
