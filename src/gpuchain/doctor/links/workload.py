@@ -489,40 +489,22 @@ def check_workloads(ctx: Context, view: NodeView) -> list[Finding]:
     ]
     # A Juju LXD worker with no GPU device in its machine: the hook's and CUDA's refusals are that, not the stack's.
     no_device = lxd_without_gpu(ctx, view, apps)
-    if no_device is not None:
-        findings.append(no_device)
-    hook = _hook_refused(ctx, view, apps) if no_device is None else None
-    if hook is not None:
-        findings.append(hook)
-    no_driver = _no_driver_injected(ctx, view, apps)
-    if no_driver is not None:
-        findings.append(no_driver)
-    uncapable = missing_capability(ctx, view, apps)
-    if uncapable is not None:
-        findings.append(uncapable)
-    unusable = _cuda_unusable(ctx, view, apps) if no_device is None else None
-    if unusable is not None:
-        findings.append(unusable)
+    found: list[Finding | None] = [no_device]
+    if no_device is None:
+        found.append(_hook_refused(ctx, view, apps))
+    found += [_no_driver_injected(ctx, view, apps), missing_capability(ctx, view, apps)]
+    if no_device is None:
+        found.append(_cuda_unusable(ctx, view, apps))
+    findings += [f for f in found if f is not None]
     findings += cgpu_unstarted(ctx, view, apps)
-    kai = binder_without_cdi(ctx, view, apps)
-    if kai is not None:
-        findings.append(kai)
-    miscounted = miscounted_memory(ctx, view, apps)
-    if miscounted is not None:
-        findings.append(miscounted)
-    unprepared = claims_not_prepared(ctx, view)
-    if unprepared is not None:
-        findings.append(unprepared)
-    lost = lost_gpus(ctx, view, apps)
-    if lost is not None:
-        findings.append(lost)
-    unrequested = gpus_without_request(ctx, view, apps)
-    if unrequested is not None:
-        findings.append(unrequested)
-    unallocated = unallocated_gpu(ctx, view, apps)
-    if unallocated is not None:
-        findings.append(unallocated)
-    starved = starved_by_cotenants(ctx, view, apps)
-    if starved is not None:
-        findings.append(starved)
+    later = (
+        binder_without_cdi(ctx, view, apps),
+        miscounted_memory(ctx, view, apps),
+        claims_not_prepared(ctx, view),
+        lost_gpus(ctx, view, apps),
+        gpus_without_request(ctx, view, apps),
+        unallocated_gpu(ctx, view, apps),
+        starved_by_cotenants(ctx, view, apps),
+    )
+    findings += [f for f in later if f is not None]
     return findings
