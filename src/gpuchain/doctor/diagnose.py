@@ -389,6 +389,16 @@ def _host_beside_operator(ctx: Context, versions: dict[str, list[str]]) -> str:
     return ", ".join(f"{n} ({own[n]})" for n in shown[:5])
 
 
+def _skew_layout(*, cause: str, evidence: tuple[str, ...], fix: str) -> list[Finding]:
+    """A driver version skew that a supported layout explains (host drivers beside the operator's, NVIDIADriver pools,
+    host releases of one branch): a warning with no action, said the same way whichever layout it is."""
+    return [
+        Finding(
+            id="driver.version-skew", severity=Severity.WARNING, link="driver", cause=cause, evidence=evidence, fix=fix
+        )
+    ]
+
+
 def _version_skew(ctx: Context) -> list[Finding]:
     versions: dict[str, list[str]] = {}
     for v in ctx.views:
@@ -419,51 +429,36 @@ def _version_skew(ctx: Context) -> list[Finding]:
     if mixed:
         # Nodes that keep their own driver (the driver container opted out there, e.g. DGX OS) beside nodes
         # whose driver the operator installs: a supported layout whose versions follow two owners.
-        return [
-            Finding(
-                id="driver.version-skew",
-                severity=Severity.WARNING,
-                link="driver",
-                cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}) because {mixed} "
-                "keep their own host driver beside nodes whose driver the operator installs: a supported layout; "
-                "an image built for the newer CUDA may not run on the older driver.",
-                evidence=evidence,
-                fix="# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
-                "operator's to change), or keep CUDA images within the older driver's branch",
-            )
-        ]
+        return _skew_layout(
+            cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}) because {mixed} "
+            "keep their own host driver beside nodes whose driver the operator installs: a supported layout; "
+            "an image built for the newer CUDA may not run on the older driver.",
+            evidence=evidence,
+            fix="# none needed; to align them, upgrade the host driver with the node's OS image (it is not the "
+            "operator's to change), or keep CUDA images within the older driver's branch",
+        )
     pools = driver_pools(ctx, versions) if containers else ()
     if pools:
         # NVIDIADriver resources, each with its version and node pool: every node runs its own resource's image.
-        return [
-            Finding(
-                id="driver.version-skew",
-                severity=Severity.WARNING,
-                link="driver",
-                cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}), each the one "
-                "its pool's NVIDIADriver resource names: a supported layout; an image built for the newer CUDA may "
-                "not run on the older driver's pool.",
-                evidence=(*pools, *evidence),
-                fix="# none needed; to move a pool to another driver, change spec.version of its NVIDIADriver "
-                "resource (kubectl edit nvidiadrivers.nvidia.com <name>), or schedule CUDA images onto the pool "
-                "whose driver supports them",
-            )
-        ]
+        return _skew_layout(
+            cause=f"GPU nodes run {len(versions)} driver versions ({', '.join(sorted(versions))}), each the one "
+            "its pool's NVIDIADriver resource names: a supported layout; an image built for the newer CUDA may "
+            "not run on the older driver's pool.",
+            evidence=(*pools, *evidence),
+            fix="# none needed; to move a pool to another driver, change spec.version of its NVIDIADriver "
+            "resource (kubectl edit nvidiadrivers.nvidia.com <name>), or schedule CUDA images onto the pool "
+            "whose driver supports them",
+        )
     if not containers and len(branches) == 1 and not skipped:
         # Host drivers of one branch: every release of a branch supports the same CUDA versions and each container
         # gets its own node's user-space libraries, so a rolling host upgrade halfway through breaks no image.
-        return [
-            Finding(
-                id="driver.version-skew",
-                severity=Severity.WARNING,
-                link="driver",
-                cause=f"GPU nodes run {len(versions)} host driver releases of the {branches[0]} branch "
-                f"({', '.join(sorted(versions))}): one branch supports the same CUDA versions, so images run alike "
-                "on all of them; only a fix made in one release differs.",
-                evidence=evidence,
-                fix=f"# none needed; to align them, upgrade the host driver to {majority} with the node image",
-            )
-        ]
+        return _skew_layout(
+            cause=f"GPU nodes run {len(versions)} host driver releases of the {branches[0]} branch "
+            f"({', '.join(sorted(versions))}): one branch supports the same CUDA versions, so images run alike "
+            "on all of them; only a fix made in one release differs.",
+            evidence=evidence,
+            fix=f"# none needed; to align them, upgrade the host driver to {majority} with the node image",
+        )
     if containers and not ctx.policy_unknown and ctx.policy.driver.version != majority:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
         fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"
