@@ -428,8 +428,11 @@ def _fix_text(f: Finding) -> str:
     return f"{f.fix}\n{action}"
 
 
-def score(case: Case) -> Result:
-    report = run_doctor(case.cluster, reader=case.read_log)
+def score(case: Case, report: Report | None = None) -> Result:
+    """The doctor's report on ``case`` (run live on its cluster unless ``report`` is given: one made
+    another way, from a dump of it, `sim.heldout.variants`) judged against its expectation."""
+    if report is None:
+        report = run_doctor(case.cluster, reader=case.read_log)
     errors = [f for f in report.findings if f.severity == Severity.ERROR]
     roots = [f for f in errors if f.root] or errors
     got = [f"{f.id}@{f.node or '-'}" for f in report.findings if f.severity != Severity.INFO]

@@ -1,0 +1,81 @@
+"""Each held-out case diagnosed from a dump of its cluster (`sim.heldout.variants`), beside the live answer.
+
+gpuchain's own dump (``gpuchain doctor dump``) carries what the live doctor reads, so from it every case must be
+answered exactly as live. A plain ``kubectl cluster-info dump`` lacks the ClusterPolicy, NVIDIADriver, RuntimeClass,
+ResourceSlice and ConfigMap listings and every previous run's log, so some answers differ; ``KUBECTL_DIFFERS`` names
+each case whose answer differs and what differs (``root``: its root link or nodes; ``fix``: the root is right and the
+repairing fix is lost; ``healthy``: a healthy case's error findings come or go). It is the open work of answering a
+user's kubectl dump as well as the live cluster: a new difference fails here, and so does one that is gone, so the
+entry is removed when the doctor learns to answer without the listing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sim.heldout import variants
+
+#: Case -> what a plain kubectl dump of it changes in the doctor's answer (see the module's docstring).
+KUBECTL_DIFFERS = {
+    "h2-10-debian12-driver-image-missing": "fix",
+    "h2-16-two-faults-os-image-and-cdi-spec": "fix",
+    "h3-08-driver-manager-host-mofed-loop": "fix",
+    "h3-15-gke-cos121-no-driver-image": "fix",
+    "h6-02-eks-ubuntu-operator-driver-build-fails": "fix",
+    "h6-11-driver-restart-gdrdrv-holds-module": "fix",
+    "h6-14-two-faults-gdrdrv-and-exporter-hostengine": "fix",
+    "h7-10-okd-scos-driver-tag-missing": "fix",
+    "h8-18-healthy-dra-gpus-plugin-device-plugin-off": "healthy",
+    "h9-05-dra-empty-resourceslice-gke-cos": "root",
+    "h12-03-openshift-plugin-v073-pinned-newer-operator": "fix",
+    "h12-09-eks-al2-operator-driver-image-amzn2-not-found": "fix",
+    "h12-12-openshift-412-operator-2531-driver-crashloop": "fix",
+    "h13-07-operator-2430-ubuntu2404-driver-image-missing": "fix",
+    "h19-13-k0s-operator-249-toolkit-config-dump": "fix",
+    "h21-07-operator-driver-upgrade-failed-node-left-cordoned": "root",
+    "h21-12-two-faults-okd-dtk-repoconfig-and-upgrade-failed": "root",
+    "h21-13-two-faults-operator-secure-boot-and-upgrade-failed": "root",
+    "h23-05-operator-dra-plugin-stale-after-driver-reload": "root",
+    "h23-10-two-faults-fm-version-mismatch-and-stale-dra-plugin": "root",
+    "h25-04-operator-plugin-validator-admission-gpus-already-taken": "fix",
+    "h25-06-rke2-operator-rhel97-driver-image-tag-not-published": "fix",
+    "h25-11-two-faults-exporter-nvlink-and-rhel97-driver-image": "fix",
+    "h27-04-okd-417-scos-driver-image-manifest-unknown": "fix",
+    "h33-01-talos-operator-host-driver-toolkit-no-validation-markers": "fix",
+    "h33-02-gke-operator-driver-install-dir-override-loops": "fix",
+    "h37-01-operator-1111-k8s-125-runtimeclass-v1beta1": "root",
+    "h37-03-operator-150-driver-validation-untolerated-taint": "root",
+    "h39-07-two-faults-k3s-runtime-unwired-and-t4-vram-hog": "root",
+    "h40-03-openshift-plugin-validation-one-gpu-held-by-user-pod": "fix",
+    "h40-05-two-faults-openshift-plugin-validation-and-rename": "fix",
+    "h40-09-two-faults-eks-plugin-validation-and-exporter-sidecar": "fix",
+    "h41-03-operator-cdi-kai-fraction-pod-binder-without-cdi": "root",
+    "h41-05-two-faults-gke-operator-kvcache-taint-and-kai-cdi": "root",
+    "h42-01-eks-operator-device-plugin-disabled-in-policy": "root",
+    "h48-02-two-faults-mig-left-on-and-triton-no-gpu-limits": "root",
+    "h49-01-two-faults-operator-llmkube-runc-and-jellyfin-caps": "root",
+}
+
+
+def _differs(live: tuple[bool, bool | None], got: tuple[bool, bool | None], healthy: bool) -> str | None:
+    if got == live:
+        return None
+    return "healthy" if healthy else ("root" if got[0] != live[0] else "fix")
+
+
+@pytest.mark.parametrize("directory", variants.sets(), ids=lambda d: d.name)
+def test_a_dump_is_answered_as_the_live_cluster(directory):
+    rows = list(variants.rows([directory]))
+    assert rows, f"{directory}: no case"
+    gpuchain = {r.case: r.variants["gpuchain"] for r in rows if r.variants["gpuchain"] != r.live}
+    assert not gpuchain, f"gpuchain's dump answers otherwise than live (root right, fix right): {gpuchain}"
+    kubectl = {r.case: what for r in rows if (what := _differs(r.live, r.variants["kubectl"], r.healthy)) is not None}
+    known = {r.case: KUBECTL_DIFFERS[r.case] for r in rows if r.case in KUBECTL_DIFFERS}
+    assert kubectl == known, (
+        "a kubectl dump's answers changed; new differences are defects to fix, and a difference that is gone "
+        f"leaves KUBECTL_DIFFERS: now {kubectl}, listed {known}"
+    )
+
+
+def test_every_listed_case_exists():
+    names = {p.stem for d in variants.sets() for p in d.glob("*.yaml")}
+    assert set(KUBECTL_DIFFERS) <= names, set(KUBECTL_DIFFERS) - names
