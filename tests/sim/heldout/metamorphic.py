@@ -22,14 +22,16 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.heldout import harness as base
-from sim.heldout.variants import loader, sets
+from sim.heldout import variants
+from sim.heldout.variants import _mark, loader, sets
 
 from gpuchain.doctor.logs import cluster_log_reader
-from gpuchain.kube import POD, KubeError, MemoryCluster
+from gpuchain.doctor.model import Report, Severity
+from gpuchain.kube import NODE, POD, KubeError, MemoryCluster
 from gpuchain.kube.kinds import kind_of
 from gpuchain.kube.objects import Obj
 
@@ -149,9 +151,16 @@ def renamed_node(name: str) -> str:
 
 
 def _whole(names: list[str]) -> re.Pattern[str]:
-    """Whole-name matches of ``names``: not inside a longer name (a DNS label or a dotted domain)."""
-    alternation = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    return re.compile(rf"(?<![\w.-])(?:{alternation})(?![\w-]|\.\w)")
+    """Whole-name matches of ``names`` in any text: a string that is the name, or the name inside text but not
+    inside a longer name (a DNS label or a dotted domain). A name that is one plain word ("cpu", "agent") matches
+    only a whole string (spec.nodeName, an Event's host, a label's value): in text it is that word ("Insufficient
+    cpu"), not the node."""
+
+    def alternation(of: list[str]) -> str:
+        return "|".join(re.escape(n) for n in sorted(of, key=len, reverse=True)) or "(?!)"
+
+    distinct = [n for n in names if re.search(r"[\d.-]", n)]
+    return re.compile(rf"^(?:{alternation(names)})$|(?<![\w.-])(?:{alternation(distinct)})(?![\w-]|\.\w)")
 
 
 def rename_nodes(case: base.Case) -> base.Case:
@@ -181,19 +190,19 @@ def rename_nodes(case: base.Case) -> base.Case:
 
 #: Namespaces a platform or a cloud fixes, never the GPU stack's own choice.
 _FIXED_NAMESPACE = re.compile(r"default|kube-.*|openshift(-.*)?|gmp-.*|gke-.*|amazon-.*|aws-.*|azure-.*|cattle-.*")
-#: What marks a DaemonSet as part of the GPU chain: its name or an image of the operator's, a plugin's, NFD's, an
-#: exporter's, a DRA driver's.
+#: What marks a DaemonSet or Deployment as part of the GPU chain: its name or an image of the operator's, a
+#: plugin's, NFD's, an exporter's, a DRA driver's.
 _STACK = re.compile(r"nvidia|gpu|dcgm|node-feature-discovery|\bnfd\b|mig-manager|cuda")
 #: The namespaces moved to (one per stack namespace, in order; none a GPU word).
 _NEW_NAMESPACES = ("platform-accel", "infra-compute", "team-hpc", "ops-devices", "stack-five", "stack-six")
 
 
 def stack_namespaces(objects: list[Obj]) -> list[str]:
-    """The user-chosen namespaces of the GPU stack: those holding a DaemonSet of the chain (by its name or images),
-    less the ones a platform fixes."""
+    """The user-chosen namespaces of the GPU stack: those holding a DaemonSet or Deployment of the chain (the
+    operator's, by its name or images), less the ones a platform fixes."""
     found: list[str] = []
     for o in objects:
-        if o.get("kind") != "DaemonSet":
+        if o.get("kind") not in ("DaemonSet", "Deployment"):
             continue
         ns = o["metadata"]["namespace"]
         spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -466,22 +475,21 @@ TRANSFORMS: dict[str, Callable[[base.Case], base.Case]] = {
 }
 
 
-def combined(case: base.Case) -> base.Case:
-    """Every transformation at once (nodes, then namespace, then noise)."""
-    for transform in TRANSFORMS.values():
-        case = transform(case)
-    return case
-
-
 @dataclass(frozen=True)
-class Row:
-    """One case's answer live and after each transformation: ``(root right, fix right)`` (fix None: healthy)."""
+class Row(variants.Row):
+    """`sim.heldout.variants`' row (``variants``: each transformation's answer) and, per transformation whose
+    findings differ from live although its answer may not, the error and warning findings it ``lost`` and
+    ``gained`` (``severity:id@node``, a renamed node named by its original name)."""
 
-    set: str
-    case: str
-    healthy: bool
-    live: tuple[bool, bool | None]
-    transformed: dict[str, tuple[bool, bool | None]]
+    findings: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+
+
+def _said(report: Report, back: dict[str, str]) -> set[str]:
+    return {
+        f"{f.severity.value}:{f.id}@{back.get(f.node or '-', f.node or '-')}"
+        for f in report.findings
+        if f.severity in (Severity.ERROR, Severity.WARNING)
+    }
 
 
 def rows(
@@ -494,19 +502,26 @@ def rows(
         for path in base.cases(directory):
             case = load(path)
             live = base.score(case)
-            got = {}
+            before = _said(live.report, {})
+            back = {renamed_node(n["metadata"]["name"]): n["metadata"]["name"] for n in case.cluster.snapshot(NODE)}
+            got, findings = {}, {}
             for name, transform in transforms.items():
                 r = base.score(transform(case))
                 got[name] = (r.root_right, r.fix_right)
-            yield Row(directory.name, case.name, case.root == "none", (live.root_right, live.fix_right), got)
+                after = _said(r.report, back)
+                if after != before:
+                    findings[name] = (sorted(before - after), sorted(after - before))
+            answer = (live.root_right, live.fix_right)
+            yield Row(directory.name, case.name, case.root == "none", answer, got, findings)
 
 
 def main(argv: list[str]) -> None:
-    """Print every case a transformation answers otherwise than live, then the totals."""
+    """Print every case a transformation answers otherwise than live, or whose findings it changes, then the
+    totals."""
     totals: dict[str, list[int]] = {}
     for row in rows(argv or None):
-        for name, (root, fix) in [("live", row.live), *row.transformed.items()]:
-            t = totals.setdefault(name, [0, 0, 0, 0, 0])
+        for name, (root, fix) in [("live", row.live), *row.variants.items()]:
+            t = totals.setdefault(name, [0, 0, 0, 0, 0, 0])
             if row.healthy:
                 t[3] += 1
                 t[4] += root
@@ -514,18 +529,19 @@ def main(argv: list[str]) -> None:
                 t[0] += 1
                 t[1] += root
                 t[2] += bool(fix)
-        changed = {k: v for k, v in row.transformed.items() if v != row.live}
+            t[5] += name in row.findings
+        changed = {k: v for k, v in row.variants.items() if v != row.live}
         if changed:
             said = ", ".join(f"{k} {_mark(v)}" for k, v in changed.items())
             print(f"{row.set}/{row.case}: live {_mark(row.live)}; {said}", flush=True)
+        for name, (lost, gained) in row.findings.items():
+            print(f"{row.set}/{row.case}: {name} findings lost {lost}, gained {gained}", flush=True)
     print()
-    for name, (faults, root, fix, healthy, quiet) in totals.items():
-        print(f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}")
-
-
-def _mark(answer: tuple[bool, bool | None]) -> str:
-    root, fix = answer
-    return f"root {'yes' if root else 'no'}" + ("" if fix is None else f" fix {'yes' if fix else 'no'}")
+    for name, (faults, root, fix, healthy, quiet, moved) in totals.items():
+        print(
+            f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}"
+            + ("" if name == "live" else f"  findings changed {moved}")
+        )
 
 
 if __name__ == "__main__":
