@@ -27,7 +27,7 @@ from typing import Any
 
 from sim.heldout import harness as base
 from sim.heldout import variants
-from sim.heldout.variants import _mark, loader, sets
+from sim.heldout.variants import loader, sets
 
 from gpuchain.doctor.logs import cluster_log_reader
 from gpuchain.doctor.model import Report, Severity
@@ -518,30 +518,18 @@ def rows(
 def main(argv: list[str]) -> None:
     """Print every case a transformation answers otherwise than live, or whose findings it changes, then the
     totals."""
-    totals: dict[str, list[int]] = {}
+    totals = variants.Totals()
+    moved: dict[str, int] = {}
     for row in rows(argv or None):
-        for name, (root, fix) in [("live", row.live), *row.variants.items()]:
-            t = totals.setdefault(name, [0, 0, 0, 0, 0, 0])
-            if row.healthy:
-                t[3] += 1
-                t[4] += root
-            else:
-                t[0] += 1
-                t[1] += root
-                t[2] += bool(fix)
-            t[5] += name in row.findings
-        changed = {k: v for k, v in row.variants.items() if v != row.live}
-        if changed:
-            said = ", ".join(f"{k} {_mark(v)}" for k, v in changed.items())
-            print(f"{row.set}/{row.case}: live {_mark(row.live)}; {said}", flush=True)
+        totals.add(row)
+        line = variants.changed(row)
+        if line:
+            print(line, flush=True)
         for name, (lost, gained) in row.findings.items():
+            moved[name] = moved.get(name, 0) + 1
             print(f"{row.set}/{row.case}: {name} findings lost {lost}, gained {gained}", flush=True)
     print()
-    for name, (faults, root, fix, healthy, quiet, moved) in totals.items():
-        print(
-            f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}"
-            + ("" if name == "live" else f"  findings changed {moved}")
-        )
+    print("\n".join(totals.lines(lambda name: "" if name == "live" else f"  findings changed {moved.get(name, 0)}")))
 
 
 if __name__ == "__main__":

@@ -80,12 +80,16 @@ def rows(directories: list[Path], variants: tuple[str, ...] = tuple(VARIANTS)) -
             yield Row(directory.name, live.case.name, live.case.root == "none", (live.root_right, live.fix_right), got)
 
 
-def main(argv: list[str]) -> None:
-    """Print every case a variant answers otherwise than live, then the totals."""
-    totals: dict[str, list[int]] = {}
-    for row in rows(sets(argv or None)):
+class Totals:
+    """Per way of answering (live, each variant): faults, root right, fix right, healthy, healthy quiet."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+
+    def add(self, row: Row) -> None:
+        """Count ``row``'s live answer and each variant's."""
         for name, (root, fix) in [("live", row.live), *row.variants.items()]:
-            t = totals.setdefault(name, [0, 0, 0, 0, 0])
+            t = self.counts.setdefault(name, [0, 0, 0, 0, 0])
             if row.healthy:
                 t[3] += 1
                 t[4] += root
@@ -93,13 +97,34 @@ def main(argv: list[str]) -> None:
                 t[0] += 1
                 t[1] += root
                 t[2] += bool(fix)
-        changed = {k: v for k, v in row.variants.items() if v != row.live}
-        if changed:
-            said = ", ".join(f"{k} {_mark(v)}" for k, v in changed.items())
-            print(f"{row.set}/{row.case}: live {_mark(row.live)}; {said}", flush=True)
+
+    def lines(self, more: Callable[[str], str] = lambda name: "") -> list[str]:
+        """One line per way of answering; ``more`` adds to a line (by its name)."""
+        return [
+            f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}{more(name)}"
+            for name, (faults, root, fix, healthy, quiet) in self.counts.items()
+        ]
+
+
+def changed(row: Row) -> str | None:
+    """The line saying how the variants answer ``row`` otherwise than live (None: none does)."""
+    differ = {k: v for k, v in row.variants.items() if v != row.live}
+    if not differ:
+        return None
+    said = ", ".join(f"{k} {_mark(v)}" for k, v in differ.items())
+    return f"{row.set}/{row.case}: live {_mark(row.live)}; {said}"
+
+
+def main(argv: list[str]) -> None:
+    """Print every case a variant answers otherwise than live, then the totals."""
+    totals = Totals()
+    for row in rows(sets(argv or None)):
+        totals.add(row)
+        line = changed(row)
+        if line:
+            print(line, flush=True)
     print()
-    for name, (faults, root, fix, healthy, quiet) in totals.items():
-        print(f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}")
+    print("\n".join(totals.lines()))
 
 
 def _mark(answer: tuple[bool, bool | None]) -> str:
