@@ -559,50 +559,30 @@ def _nothing_deployed(ctx: Context) -> bool:
     return bool(ctx.memo["nothing_deployed"])
 
 
-def _judged_without_policy(
-    ctx: Context, *, view: NodeView, operand: Operand, link: str, operator: Obj | None
-) -> Result | None:
-    """An operand's missing DaemonSet judged where the source has no ClusterPolicy to say whether it is enabled, from
-    what the cluster shows instead; None where nothing does (the link stays not judged).
-
-    NVIDIA's DRA kubelet plugin on the node serves its GPUs in the device plugin's place: NVIDIA installs the GPU
-    Operator beside its DRA driver with the device plugin off (NVIDIA cloud-native-docs gpu-operator/latest/
-    dra-intro-install.html: ``--set devicePlugin.enabled=false``), so the link is that plugin's, as where the policy
-    says so (`stale_dra_plugin`, else skipped). And an operator that deploys no operand at all while its log names
-    why (a catalog entry of the operator's) stops its whole reconcile at the failing step before any operand:
-    its controller returns the step's error and requeues, never reaching the states after it (NVIDIA/gpu-operator
-    controllers/clusterpolicy_controller.go@v1.11.1 Reconcile, ``step()``), so whatever the policy enables, none is
-    deployed until that is repaired."""
-    if operand is DEVICE_PLUGIN:
-        plugin = node_dra_plugin(ctx, view)
-        if plugin is not None and is_dra_plugin(plugin):
-            return stale_dra_plugin(ctx, view) or Result(
-                LinkState.SKIPPED,
-                f"no device plugin DaemonSet: NVIDIA's DRA kubelet plugin {name_of(plugin)} serves the node's GPUs",
-            )
-    if operator is None or not _nothing_deployed(ctx):
+def _dra_served(ctx: Context, view: NodeView, operand: Operand) -> Result | None:
+    """Where the source has no ClusterPolicy to say whether the device plugin is enabled, NVIDIA's DRA kubelet plugin
+    on the node serves its GPUs in the device plugin's place: NVIDIA installs the GPU Operator beside its DRA driver
+    with the device plugin off (NVIDIA cloud-native-docs gpu-operator/latest/dra-intro-install.html: ``--set
+    devicePlugin.enabled=false``), so the link is that plugin's, as where the policy says so (`stale_dra_plugin`, else
+    skipped); None for another operand or where no such plugin runs on the node."""
+    plugin = node_dra_plugin(ctx, view) if operand is DEVICE_PLUGIN else None
+    if plugin is None or not is_dra_plugin(plugin):
         return None
-    said = said_by_operator(ctx)
-    if said is None or said.match is None:
-        return None
-    where = f"DaemonSet {ctx.namespace}/{ctx.ds(operand)}"
-    cause, fix, action, evidence = _operator_reason(ctx, view, said, where=where, link=link, restart=("", None))
-    return Result(
-        LinkState.BROKEN,
-        f"no {ctx.ds(operand)} DaemonSet",
-        (
-            node_finding(
-                view,
-                fid="operand.not-deployed",
-                sev=Severity.ERROR,
-                link=link,
-                cause=cause,
-                evidence=[f"{where} does not exist", "no operand DaemonSet of the operator exists", *evidence],
-                fix=fix,
-                action=action,
-            ),
-        ),
+    return stale_dra_plugin(ctx, view) or Result(
+        LinkState.SKIPPED, f"no device plugin DaemonSet: NVIDIA's DRA kubelet plugin {name_of(plugin)} serves the GPUs"
     )
+
+
+def _halted(ctx: Context, operator: Obj | None) -> bool:
+    """Where the source has no ClusterPolicy: has the running operator deployed no operand at all while its log names
+    the step it fails at (a catalog entry of the operator's)? Its reconcile then stops at that step before any
+    operand: the controller returns the step's error and requeues, never reaching the states after it
+    (NVIDIA/gpu-operator controllers/clusterpolicy_controller.go@v1.11.1 Reconcile, ``step()``), so whatever the
+    policy enables, a missing operand is the operator's doing."""
+    if operator is None or not _nothing_deployed(ctx):
+        return False
+    said = said_by_operator(ctx)
+    return said is not None and said.match is not None
 
 
 def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) -> Result | None:
@@ -623,11 +603,8 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
     if operator is not None and not pod_state(operator).ready:
         # Whatever the policy enables, an operator that does not run has deployed nothing.
         return _operator_down(ctx, view, operator, name, link)
-    if ds is None and ctx.policy_unknown:
-        judged = _judged_without_policy(ctx, view=view, operand=operand, link=link, operator=operator)
-        if judged is not None:
-            return judged
-        return Result(
+    if ds is None and ctx.policy_unknown and not _halted(ctx, operator):
+        return _dra_served(ctx, view, operand) or Result(
             LinkState.NOT_JUDGED,
             f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
         )
