@@ -17,7 +17,7 @@ from gpuchain.doctor.model import Finding, Fix, FixOp, Severity
 from gpuchain.doctor.pods import unschedulable_message
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj
-from gpuchain.operator.operands import MIG_MANAGER, enabled
+from gpuchain.operator.operands import MIG_MANAGER
 
 WHOLE = "nvidia.com/gpu"
 #: The layout name under which the MIG manager takes every GPU out of MIG mode.
@@ -38,7 +38,10 @@ def mig_left_on(ctx: Context, view: NodeView) -> Finding | None:
     and pods that select it wait for whole GPUs: the layout is left from before the manager was switched off, and
     only the manager, run again with ``all-disabled``, takes it back."""
     wanted = view.labels.get(MIG_CONFIG)
-    if ctx.policy_unknown or enabled(ctx.policy, MIG_MANAGER) or not wanted or wanted == ALL_DISABLED:
+    # Where the source has no ClusterPolicy, the operator's own doing says the switch: it deletes the DaemonSet of a
+    # state the policy disables (NVIDIA/gpu-operator controllers/object_controls.go@v25.3.4 DaemonSet, which
+    # deletes the object and returns Disabled where the state is not enabled), so no MIG manager DaemonSet is it off.
+    if ctx.deploys(MIG_MANAGER) or not wanted or wanted == ALL_DISABLED:
         return None
     announced = {k: v for k, v in node_gpu_resources(view.node).items() if v > 0}
     if announced.get(WHOLE) or not any(k.startswith("nvidia.com/mig-") for k in announced):
@@ -65,7 +68,12 @@ def mig_left_on(ctx: Context, view: NodeView) -> Finding | None:
             f"whole GPU, and the pods that ask it for {WHOLE} wait."
         ),
         evidence=[
-            f"{MIG_CONFIG}={wanted}; migManager.enabled false",
+            f"{MIG_CONFIG}={wanted}; "
+            + (
+                f"no {ctx.ds(MIG_MANAGER)} DaemonSet (the operator deletes it where migManager.enabled is false)"
+                if ctx.policy_unknown
+                else "migManager.enabled false"
+            ),
             "node capacity: " + ", ".join(f"{k}: {v}" for k, v in sorted(announced.items())),
             "Pending on Insufficient nvidia.com/gpu: "
             + ", ".join(f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in waiting[:4]),

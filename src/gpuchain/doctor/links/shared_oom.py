@@ -10,9 +10,16 @@ on the node shows which holds how much), and what keeps it from coming back is a
 or MPS sharing (``sharing.mps``), which partitions memory and "enforces these limits per workload" (the same README),
 or a memory cap in the co-tenant itself. On a GPU of its own the error is the workload's own size, and stays quiet
 here; HAMi's per-container limit has its own words (`links.hami_core`).
+
+Where the source has none of the device plugin's ConfigMaps (a plain ``kubectl cluster-info dump``) and GFD labels no
+sharing, the plugin's own log says it: at each start it prints the config it runs as indented JSON after "Running
+with config:" (NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go@v0.17.0 ``klog.Infof("\nRunning with
+config:\n%v", configJSON)``), its ``sharing.timeSlicing`` included.
 """
 
 from __future__ import annotations
+
+import json
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
@@ -20,13 +27,37 @@ from gpuchain.doctor.links.common import node_finding, said_by
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.ready_gpu_logs import OUT_OF_MEMORY
 from gpuchain.doctor.scheduling import owner_of
-from gpuchain.doctor.shared_gpu import time_sliced
+from gpuchain.doctor.shared_gpu import STRATEGY, time_sliced, time_sliced_replicas
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
 #: The most co-tenants a fix names one by one.
 MAX_NAMED = 6
+#: What the device plugin writes before the config it runs (cmd/nvidia-device-plugin/main.go@v0.17.0).
+RUNNING_WITH = "Running with config:"
+
+
+def _config_printed(ctx: Context, view: NodeView) -> str:
+    """How the node's device plugin says, in its log, that it shares the GPUs by time-slicing (an evidence line),
+    "" where it runs no such config or printed none: the last config its log prints, as the one it runs now."""
+    plugin = view.pod(DEVICE_PLUGIN)
+    if plugin is None:
+        return ""
+    for container in (plugin.get("spec") or {}).get("containers") or []:
+        log = ctx.log(plugin, str(container.get("name", "")))
+        at = log.rfind(RUNNING_WITH)
+        if at < 0:
+            continue
+        try:
+            config, _ = json.JSONDecoder().raw_decode(log[at + len(RUNNING_WITH) :].lstrip())
+        except ValueError:
+            continue
+        replicas = time_sliced_replicas(json.dumps(config)) if isinstance(config, dict) else 0
+        if replicas > 1:
+            return f"device plugin {name_of(plugin)} log: {RUNNING_WITH} sharing.timeSlicing replicas {replicas}"
+        return ""
+    return ""
 
 
 def _ref(pod: Obj) -> str:
@@ -62,6 +93,8 @@ def starved_by_cotenants(ctx: Context, view: NodeView, apps: list[Obj]) -> Findi
     if said is None:
         return None
     sharing = time_sliced(view.labels, ctx.plugin_configs() or {})
+    if not sharing and STRATEGY not in view.labels:  # GFD labels no sharing: the plugin's own log may say it
+        sharing = _config_printed(ctx, view)
     starved = {id(p) for p in hit}
     cotenants = sorted((p for p in apps if id(p) not in starved and _running_gpu_pod(p)), key=_ref)
     if not sharing or not cotenants:
