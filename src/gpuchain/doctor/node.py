@@ -164,7 +164,10 @@ class Condition:
 
 def blocking_conditions(node: Obj) -> list[Condition]:
     """Ready not True, then each pressure or network condition that is True (node status order)."""
-    conditions = {str(c.get("type")): c for c in (node.get("status") or {}).get("conditions") or []}
+    listed = (node.get("status") or {}).get("conditions") or []
+    if all((c.get("type") == "Ready") is (c.get("status") == "True") for c in listed):
+        return []  # Ready True and nothing else True (most nodes): no condition blocks, no taint to read
+    conditions = {str(c.get("type")): c for c in listed}
     taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
     out = []
     ready = conditions.get("Ready")
