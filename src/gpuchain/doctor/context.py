@@ -71,7 +71,7 @@ class NodeView:
         """Each of `pods` with its state (`pod_state`), worked out on first use: the walk asks whether any
         of them fails, or waits in an init container, for each node and some links (three passes over a
         node's pods), and at 10,000 nodes each remembered lookup of a state costs (bench.doctor.live)."""
-        return tuple((p, pod_state(p)) for p in self.pods)
+        return tuple([(p, pod_state(p)) for p in self.pods])  # a list, not a generator: 10,000 of them
 
     def pod(self, operand: Operand) -> Obj | None:
         """The operand's pod on this node, if its DaemonSet placed one."""
@@ -118,14 +118,21 @@ class Context:
 
     def deploys(self, operand: Operand) -> bool:
         """Does the stack deploy ``operand``: the policy's switch, or, where the source has no
-        policy (`policy_unknown`), whether one of its DaemonSets is there."""
-        if not self.policy_unknown:
-            return enabled(self.policy, operand)
-        return any(
-            (d.get("metadata") or {}).get("namespace") == self.namespace
-            and operand.state in self.stack.operands_in(self.namespace, name_of(d))
-            for d in self.snapshot.daemonsets
-        )
+        policy (`policy_unknown`), whether one of its DaemonSets is there. Answered once an operand
+        (`memo`): every node's check asks, and without a policy each answer is a pass over the DaemonSets."""
+        key = "deploys " + operand.state
+        known = self.memo.get(key)
+        if known is None:
+            known = self.memo[key] = (
+                enabled(self.policy, operand)
+                if not self.policy_unknown
+                else any(
+                    (d.get("metadata") or {}).get("namespace") == self.namespace
+                    and operand.state in self.stack.operands_in(self.namespace, name_of(d))
+                    for d in self.snapshot.daemonsets
+                )
+            )
+        return bool(known)
 
     @property
     def policy_name(self) -> str:
@@ -156,10 +163,19 @@ class Context:
         """(namespace, name) of every pod the gather step read a log of."""
         return frozenset(key[:2] for keys in (self.snapshot.logs, self.snapshot.previous_logs) for key in keys)
 
+    @cached_property
+    def logged_names(self) -> frozenset[str]:
+        """The names of the pods in `logged_pods`: a pod whose name is not among them has no log read, which
+        `logged` and `log` answer with one set lookup (a few pods of 75,000 have a log; the links ask some
+        twenty-three times a node, bench.doctor.live)."""
+        return frozenset(name for _, name in self.logged_pods)
+
     def logged(self, pod: Obj) -> bool:
         """Did the gather step read a log of any of this pod's containers? A check that looks through all of a
         node's pods' logs skips the others without asking for each container (a few pods of 75,000 have one)."""
         meta = pod.get("metadata") or {}
+        if str(meta.get("name", "")) not in self.logged_names:
+            return False
         return (str(meta.get("namespace") or self.namespace), str(name_of(pod))) in self.logged_pods
 
     def log(self, pod: Obj, container: str) -> str:
@@ -167,7 +183,10 @@ class Context:
         restart) then the current run's, in the order they were written."""
         if not self.logs_read:
             return ""
-        key = (str((pod.get("metadata") or {}).get("namespace") or self.namespace), name_of(pod), container)
+        meta = pod.get("metadata") or {}
+        if str(meta.get("name", "")) not in self.logged_names:
+            return ""
+        key = (str(meta.get("namespace") or self.namespace), name_of(pod), container)
         runs = (self.snapshot.previous_logs.get(key, ""), self.snapshot.logs.get(key, ""))
         return "\n".join(r for r in runs if r)
 

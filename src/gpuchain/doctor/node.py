@@ -107,12 +107,16 @@ def distribution_of(node: Obj) -> Distribution:
     return next((d for d in DISTRIBUTIONS if d.marker and d.marker in kubelet), KUBEADM)
 
 
+#: ``1.6.39`` of ``containerd://1.6.39`` (`runtime_version`), compiled once, not looked up in re's cache each node.
+RUNTIME_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
 @remembered
 def runtime_version(node: Obj) -> tuple[int, ...] | None:
     """(1, 6, 39) of ``containerd://1.6.39`` (or of k3s' ``1.7.20-k3s1``); None when unreadable (asked twice a
     node: answered once a node in a diagnosis)."""
     raw = _node_info(node).get("containerRuntimeVersion", "").partition("://")[2]
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", raw)
+    match = RUNTIME_VERSION.match(raw)
     return tuple(int(g or 0) for g in match.groups()) if match else None
 
 
@@ -160,7 +164,10 @@ class Condition:
 
 def blocking_conditions(node: Obj) -> list[Condition]:
     """Ready not True, then each pressure or network condition that is True (node status order)."""
-    conditions = {str(c.get("type")): c for c in (node.get("status") or {}).get("conditions") or []}
+    listed = (node.get("status") or {}).get("conditions") or []
+    if all((c.get("type") == "Ready") is (c.get("status") == "True") for c in listed):
+        return []  # Ready True and nothing else True (most nodes): no condition blocks, no taint to read
+    conditions = {str(c.get("type")): c for c in listed}
     taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
     out = []
     ready = conditions.get("Ready")
@@ -452,14 +459,14 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
     --root-dir is not /var/lib/kubelet (k0s, MicroK8s, K3s before 1.17.3: the device plugin link, its hostPath); the
     node's evidence puts the likelier variant first, and the finding is on the link of that repair."""
     pod = view.pod(DEVICE_PLUGIN)
+    if pod is None:
+        return None
+    capacity = (view.node.get("status") or {}).get("capacity") or {}
+    if any(k.startswith("nvidia.com/") for k in capacity):
+        return None  # most nodes: the plugin registered (asked before the kubelet's release, which is then unread)
     info = _node_info(view.node)
     release = _kubelet_release(view.node)
-    capacity = (view.node.get("status") or {}).get("capacity") or {}
-    if (
-        pod is None
-        or (release is not None and release < DEVICE_PLUGINS_DEFAULT_ON)
-        or any(k.startswith("nvidia.com/") for k in capacity)
-    ):
+    if release is not None and release < DEVICE_PLUGINS_DEFAULT_ON:
         return None
     container = pod_state(pod).container or str((((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name"))
     log = ctx.log(pod, container)

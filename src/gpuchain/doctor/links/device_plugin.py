@@ -201,13 +201,19 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
 
 def _defective_release(ctx: Context, view: NodeView, pod: Obj) -> Result | None:
     """A plugin that runs ready but restarted after runs that ended in error, on a release whose own notes name
-    that defect (releases.yaml): the release that fixed it is the repair, not another restart."""
-    images = {str(c.get("name")): str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or []}
+    that defect (releases.yaml): the release that fixed it is the repair, not another restart. The images are read
+    only for a container that restarted after an error (most plugins never did: one per node)."""
+    images: dict[str, str] | None = None
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         last = (cs.get("lastState") or {}).get("terminated") or {}
+        if not (cs.get("restartCount") and last.get("exitCode")):
+            continue
+        if images is None:
+            containers = (pod.get("spec") or {}).get("containers") or []
+            images = {str(c.get("name")): str(c.get("image", "")) for c in containers}
         image = images.get(str(cs.get("name")), "")
         name, tag = image_version(image)
-        found = defect(name, tag, "restarts") if cs.get("restartCount") and last.get("exitCode") else None
+        found = defect(name, tag, "restarts")
         if found is None:
             continue
         fixed = f"{image.rpartition(':')[0]}:{found.fixed_in}"
