@@ -133,6 +133,9 @@ class Stack:
     policy_obj: Obj | None = None
     policy_resource: str = ""  #: e.g. clusterpolicies.nvidia.com (for kubectl), "" without a policy
     policy_problems: tuple[str, ...] = ()
+    #: where `policy_obj` was read back from the operand DaemonSets (the source lists no policy): each field read and
+    #: from where; () for a policy the source lists. A check comparing the policy with those DaemonSets asks this.
+    policy_inferred: tuple[str, ...] = ()
     host_driver: bool = False  #: the driver is the node's own (managed image, pre-installed)
     prefixes: dict[str, str] = field(default_factory=dict)  #: DaemonSet name prefix -> operand state
     notes: tuple[str, ...] = ()  #: what the adapter saw, for the report header
@@ -297,6 +300,7 @@ class Stack:
             "title": self.title,
             "namespace": self.namespace,
             "policy": f"{self.policy_resource}/{self.policy_name}" if self.policy_obj else None,
+            "policyInferred": list(self.policy_inferred),
             "hostDriver": self.host_driver,
             "daemonsets": dict(self.daemonsets),
             "notes": list(self.notes),

@@ -17,12 +17,14 @@ from pydantic import BaseModel
 
 from gpuchain.doctor.operator_says import runs_operator
 from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.doctor.stacks.inferred_policy import infer_policy
 from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import active_policy
 
 POLICY_GROUP = "nvidia.com"
+POLICY_RESOURCE = f"clusterpolicies.{POLICY_GROUP}"
 DEFAULT_NAMESPACE = "gpu-operator"
 DAEMONSETS = {
     "driver": "nvidia-driver-daemonset",
@@ -122,8 +124,19 @@ def detect(snapshot: Snapshot) -> Stack | None:
     found = validators or operators
     ds_ns = str((found[0].get("metadata") or {}).get("namespace") or "") if found else ""
     namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
-    spec = lenient_policy((obj or {}).get("spec"))
     notes = []
+    inferred: tuple[str, ...] = ()
+    prefixes = {DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"}
+    if obj is None and "clusterpolicies" in snapshot.absent:
+        # A plain kubectl dump lists no ClusterPolicy: read its switches back from the DaemonSets it rendered.
+        found_policy = infer_policy(snapshot, namespace, DAEMONSETS, CONTAINERS, prefixes)
+        if found_policy is not None:
+            obj, inferred = found_policy
+            notes.append(
+                f"ClusterPolicy not in the source: its switches read back from the operand DaemonSets of {namespace} "
+                f"(the name {name_of(obj)} is a guess: kubectl get {POLICY_RESOURCE} names it)"
+            )
+    spec = lenient_policy((obj or {}).get("spec"))
     ignored = sorted(name_of(p) for p in policies if chosen is not None and p is not chosen)
     if ignored:
         notes.append(
@@ -140,8 +153,9 @@ def detect(snapshot: Snapshot) -> Stack | None:
         containers=dict(CONTAINERS),
         policy=spec,
         policy_obj=obj,
-        policy_resource=f"clusterpolicies.{POLICY_GROUP}",
-        prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},
+        policy_inferred=inferred,
+        policy_resource=POLICY_RESOURCE,
+        prefixes=prefixes,
         precompiled_prefix=PRECOMPILED_PREFIX,
         driver_image_os=DRIVER_IMAGE_OS,
         chart=CHARTS["gpu-operator"],
