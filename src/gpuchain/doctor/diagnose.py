@@ -55,7 +55,7 @@ from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
-from gpuchain.doctor.stacks.inferred_policy import UNREAD
+from gpuchain.doctor.stacks.inferred_policy import unread_keys
 from gpuchain.doctor.structs import CHARTS, Chart, Snapshot
 from gpuchain.doctor.trust import check_exporter
 from gpuchain.doctor.unlabelled import placed_nowhere
@@ -605,7 +605,8 @@ def not_judged(ctx: Context) -> list[str]:
             f"the dump has no ClusterPolicy ({stack.policy_resource}; clusterpolicies.json): gpuchain read its "
             "switches back from the operand DaemonSets the operator rendered from it "
             f"({'; '.join(stack.policy_inferred)}); "
-            f"not judged: {', '.join(UNREAD)}, and whether the policy asks for other than what those DaemonSets run; "
+            f"not judged: {', '.join(unread_keys(stack))}, the policy's name, and whether the policy asks for "
+            "other than what those DaemonSets run; "
             f"fixes name the policy {ctx.policy_name}, a guess (kubectl get {stack.policy_resource} names it)"
         )
     if ctx.policy_unknown:

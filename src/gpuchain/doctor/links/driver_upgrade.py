@@ -23,6 +23,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.drains import MAX_BLOCKERS, NOT_SIMULATED_NOTE, Drainer, blockers, held_by
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import labels_of, name_of, namespace_of
 from gpuchain.kube.selectors import match_labels
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, UPGRADE_REQUIRED, WAIT_FOR_JOBS
@@ -108,6 +109,8 @@ def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | Non
     state = view.labels.get(STATE_LABEL, "")
     if failing or state not in (WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED) or ctx.policy_obj is None:
         return None
+    if unread(ctx.stack, "driver.upgradePolicy"):
+        return None  # a policy read back from the DaemonSets does not show its upgrade policy: nothing to name
     policy = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
     evidence = [f"label {STATE_LABEL}={state}"]
     action: Fix | None

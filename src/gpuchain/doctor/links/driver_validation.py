@@ -38,6 +38,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.talos_extensions import talos_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
@@ -69,7 +70,7 @@ def hung_driver_validation(ctx: Context, *, view: NodeView, validator: Obj, at: 
     """The repair for a validator that runs ``at`` (its driver validation) and does not complete it, from the
     policy's driver switches and host paths and the node's OS; None where its logic implies no change gpuchain
     can name (the host driver was found and fails with words the catalog does not know)."""
-    if ctx.policy_unknown or ctx.policy_obj is None:
+    if ctx.policy_unknown or ctx.policy_obj is None or unread(ctx.stack, "hostPaths"):
         return None
     log = ctx.log(validator, at)
     if not _found_nothing(log) or HOST_SMI in log:

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from gpuchain.doctor.stacks.base import daemonsets_in
-from gpuchain.doctor.structs import Snapshot
+from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 
 #: Operand state -> the ClusterPolicy key whose block renders its DaemonSet (NVIDIA/gpu-operator
@@ -37,7 +37,8 @@ POLICY_KEYS = {
     "operator-validation": "validator",
 }
 #: Env the operator writes itself whatever the block's ``env`` says (controllers/object_controls.go@v26.7.0: the
-#: ``*EnvName`` constants, ``transformForRuntime``'s RUNTIME and CONTAINERD_RUNTIME_CLASS, the assets' NODE_NAME,
+#: ``*EnvName`` constants, the names its transforms pass to setContainerEnv (RUNTIME, CONTAINERD_RUNTIME_CLASS,
+#: RUNTIME_CONFIG_SOURCE, CONFIG_FILE, DEFAULT_CONFIG, ...), the assets' NODE_NAME,
 #: NVIDIA_VISIBLE_DEVICES and the validator's COMPONENT / WITH_WAIT): not the user's ``env``, so not read back as it.
 OPERATOR_ENV = frozenset(
     {
@@ -45,6 +46,20 @@ OPERATOR_ENV = frozenset(
         "CONTAINERD_RUNTIME_CLASS",
         "RUNTIME_CONFIG",
         "RUNTIME_SOCKET",
+        "RUNTIME_DROP_IN_CONFIG",
+        "RUNTIME_DROP_IN_CONFIG_HOST_PATH",
+        "RUNTIME_CONFIG_SOURCE",
+        "NRI_SOCKET",
+        "USE_NODE_FEATURE_API",
+        "DCGM_HPC_JOB_MAPPING_DIR",
+        "DCGM_EXPORTER_COLLECTORS",
+        "CONFIG_FILE",
+        "DEFAULT_CONFIG_FILE",
+        "DEFAULT_CONFIG",
+        "FALLBACK_STRATEGIES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+        "RHCOS_VERSION",
+        "RHCOS_IMAGE_MISSING",
         "CONTAINERD_CONFIG",
         "CONTAINERD_SOCKET",
         "CRIO_CONFIG_MODE",
@@ -81,14 +96,19 @@ OPERATOR_ENV = frozenset(
 #: The validator components whose ``<component>-validation`` init container carries ``validator.<component>.env``.
 VALIDATOR_COMPONENTS = ("driver", "toolkit", "cuda", "plugin")
 #: What no operand DaemonSet shows, so it stays unknown (`not_judged` names it).
-UNREAD = (
-    "driver.upgradePolicy",
-    "driver.manager",
-    "devicePlugin.config",
-    "migManager.config",
-    "dcgmExporter.config",
-    "sandboxWorkloads",
-    "the ClusterPolicy's name",
+UNREAD: tuple[tuple[str, ...], ...] = (
+    ("driver", "upgradePolicy"),
+    ("driver", "manager"),
+    ("driver", "rdma"),
+    ("driver", "repoConfig"),
+    ("driver", "licensingConfig"),
+    ("devicePlugin", "config"),
+    ("migManager", "config"),
+    ("dcgmExporter", "config"),
+    ("hostPaths",),
+    ("gdrcopy",),
+    ("gds",),
+    ("sandboxWorkloads",),
 )
 #: The name NVIDIA's chart gives its ClusterPolicy (deployments/gpu-operator/templates/clusterpolicy.yaml@v26.7.0:
 #: ``name: cluster-policy``) and the one OpenShift's documented install creates (NVIDIA/cloud-native-docs
@@ -100,6 +120,24 @@ OPENSHIFT_NAMESPACE = "nvidia-gpu-operator"
 DRIVER_CRD_PREFIX = "nvidia-gpu-driver-"
 #: A driver tag's OS suffix (``-ubuntu22.04``, ``-rhcos4.14``, ``-rhel9``): what follows is no part of the version.
 _OS_SUFFIX = re.compile(r"-(ubuntu|rhel|rhcos|rocky|flatcar|fedora|sles|centos|amzn|debian)[0-9.]*$")
+
+
+def unread(stack: Stack, key: str) -> bool:
+    """Is ``key`` (dotted, e.g. ``hostPaths``) of the stack's policy unknown because the policy was read back from
+    its DaemonSets and they did not show it? A check that reads it then judges as without a policy."""
+    if not stack.policy_inferred:
+        return False
+    node: Any = (stack.policy_obj or {}).get("spec") or {}
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return True
+        node = node[part]
+    return False
+
+
+def unread_keys(stack: Stack) -> list[str]:
+    """The `UNREAD` keys its DaemonSets did not show, dotted, for the report's not-judged line."""
+    return [".".join(k) for k in UNREAD if unread(stack, ".".join(k))]
 
 
 def split_image(ref: str) -> tuple[str, str, str]:
@@ -199,6 +237,8 @@ def infer_policy(
             if precompiled:
                 block["usePrecompiled"] = True
             read.append(f"{key} image {image}: version {version}")
+        if state == "driver" and len(found) == 1:
+            _driver_parts(spec, block, found[0], read)
         if len(mains) == 1 and (env := _user_env(mains[0])):
             block["env"] = env
             read.append(f"{key}.env {', '.join(e['name'] for e in env)} ({containers.get(state, '')})")
@@ -210,6 +250,46 @@ def infer_policy(
         "spec": spec,
     }
     return obj, tuple(read)
+
+
+#: The driver DaemonSet's sidecars and the switch that keeps each: the asset carries them all and the operator
+#: removes the ones whose feature the policy leaves off (assets/state-driver/0500_daemonset.yaml@v26.7.0;
+#: transformPeerMemoryContainer, transformGDSContainer, transformGDRCopyContainer in object_controls.go@v26.7.0).
+DRIVER_SIDECARS = {
+    "nvidia-peermem-ctr": ("driver", "rdma"),
+    "nvidia-fs-ctr": ("gds", ""),
+    "nvidia-gdrcopy-ctr": ("gdrcopy", ""),
+}
+#: The driver manager init container (transformDriverManagerInitContainer@v26.7.0: the image of driver.manager, its
+#: env, GPU_DIRECT_RDMA_ENABLED and USE_HOST_MOFED from driver.rdma).
+DRIVER_MANAGER = "k8s-driver-manager"
+#: The validator's volume that transformForDriverInstallDir@v26.7.0 points at hostPaths.driverInstallDir.
+INSTALL_DIR_VOLUME = "driver-install-dir"
+
+
+def _driver_parts(spec: dict[str, Any], block: dict[str, Any], ds: Obj, read: list[str]) -> None:
+    """The driver block's parts the driver DaemonSet shows beside its image: the sidecars of GPUDirect RDMA, GDS and
+    GDRCopy, and the driver manager's image and env."""
+    names = {str(c.get("name")) for c in _pod_spec(ds).get("containers") or []}
+    manager = _container(ds, DRIVER_MANAGER, init=True)
+    if manager is None:
+        return  # not NVIDIA's asset, which always has the manager: no sidecar was ever there to remove
+    for sidecar, (key, sub) in DRIVER_SIDECARS.items():
+        on = sidecar in names
+        target = block.setdefault(sub, {}) if sub else spec.setdefault(key, {})
+        target["enabled"] = on
+        read.append(
+            f"{key}{'.' + sub if sub else ''}.enabled={str(on).lower()} ({sidecar} {'in' if on else 'not in'} "
+            f"{name_of(ds)})"
+        )
+    repository, image, version = split_image(str(manager.get("image") or ""))
+    env = _env(manager)
+    block["manager"] = {k: v for k, v in (("repository", repository), ("image", image), ("version", version)) if v}
+    rest = [{"name": k, "value": v} for k, v in env.items() if k not in OPERATOR_ENV]
+    if rest:
+        block["manager"]["env"] = rest
+    block.setdefault("rdma", {})["useHostMofed"] = env.get("USE_HOST_MOFED") == "true"
+    read.append(f"driver.manager image {manager.get('image')}, driver.rdma.useHostMofed from {DRIVER_MANAGER}'s env")
 
 
 def _cluster_switches(
@@ -243,7 +323,21 @@ def _cluster_switches(
     if runtime_class:
         spec.setdefault("operator", {})["runtimeClass"] = str(runtime_class)
         read.append(f"operator.runtimeClass={runtime_class} (runtimeClassName of the device plugin DaemonSet)")
+    # applyCommonDaemonsetConfig (object_controls.go@v26.7.0) gives every operand daemonsets.tolerations where set
+    # (the chart's default is the nvidia.com/gpu toleration the assets carry): one operand's show them.
+    first = next((found[0] for found in by_state.values() if len(found) == 1), None)
+    tolerations = _pod_spec(first).get("tolerations") if first is not None else None
+    if tolerations:
+        spec["daemonsets"] = {"tolerations": list(tolerations)}
+        read.append(f"daemonsets.tolerations ({len(tolerations)}, of {name_of(first or {})})")
     validators = by_state.get("operator-validation") or []
+    volumes = _pod_spec(validators[0]).get("volumes") or [] if len(validators) == 1 else []
+    install_dir = next(
+        (str((v.get("hostPath") or {}).get("path") or "") for v in volumes if v.get("name") == INSTALL_DIR_VOLUME), ""
+    )
+    if install_dir:
+        spec["hostPaths"] = {"driverInstallDir": install_dir}
+        read.append(f"hostPaths.driverInstallDir={install_dir} (volume {INSTALL_DIR_VOLUME} of the validator)")
     if len(validators) == 1:
         for component in VALIDATOR_COMPONENTS:
             init = _container(validators[0], f"{component}-validation", init=True)
