@@ -3,6 +3,7 @@ lists no ClusterPolicy (`gpuchain.doctor.stacks.inferred_policy`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from gpuchain.doctor import diagnose
 from gpuchain.doctor.dump import read_dump, write_dump
-from gpuchain.doctor.model import Severity
+from gpuchain.doctor.links.common import DRIVER_VERSION
+from gpuchain.doctor.model import FixOp, Severity
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.gpu_operator import CONTAINERS, DAEMONSETS
 from gpuchain.doctor.stacks.inferred_policy import driver_version, infer_policy, split_image
@@ -189,3 +191,30 @@ def test_nvidia_rendered_daemonsets_read_back() -> None:
 
 def test_nothing_to_read_leaves_the_policy_unknown() -> None:
     assert infer_policy(_snapshot([]), "gpu-operator", DAEMONSETS, CONTAINERS, {}) is None
+
+
+def test_a_skew_is_not_judged_against_a_policy_read_from_the_same_daemonsets(tmp_path: Path) -> None:
+    """Two of three driver pods run another release than the DaemonSet's template: a listed policy naming the
+    template's version would be patched to the majority's; a policy read back from that template is no user's pin."""
+    write_dump(
+        build(parse_scenario("name: skew\nstack: gpu-operator\nnodes: [{name: g, count: 3}]\n")).cluster,
+        tmp_path,
+        extras=False,
+    )
+    pods_file = tmp_path / "gpu-operator" / "pods.json"
+    pods = json.loads(pods_file.read_text())
+    drivers = [p for p in pods["items"] if p["metadata"]["name"].startswith("nvidia-driver-daemonset")]
+    moved = {p["spec"]["nodeName"] for p in drivers[:2]}
+    for pod in drivers[:2]:
+        pod["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/driver:535.161.08-ubuntu22.04"
+    pods_file.write_text(json.dumps(pods))
+    nodes_file = tmp_path / "nodes.json"
+    nodes = json.loads(nodes_file.read_text())
+    for node in nodes["items"]:
+        labels = node["metadata"]["labels"]
+        labels[DRIVER_VERSION] = "535.161.08" if node["metadata"]["name"] in moved else "550.90.07"
+    nodes_file.write_text(json.dumps(nodes))
+    report = diagnose(read_dump(tmp_path))
+    skew = [f for f in report.findings if f.id == "driver.version-skew"]
+    assert skew, report.ids
+    assert all(f.action is None or f.action.op is not FixOp.PATCH_POLICY for f in skew)
