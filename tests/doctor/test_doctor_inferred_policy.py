@@ -14,7 +14,7 @@ from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.links.common import DRIVER_VERSION
 from gpuchain.doctor.model import FixOp, Severity
 from gpuchain.doctor.stacks import detect
-from gpuchain.doctor.stacks.gpu_operator import CONTAINERS, DAEMONSETS
+from gpuchain.doctor.stacks.gpu_operator import CONTAINERS, DAEMONSETS, UPGRADE_STATE
 from gpuchain.doctor.stacks.inferred_policy import driver_version, infer_policy, split_image
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.sim import build, parse_scenario
@@ -218,3 +218,15 @@ def test_a_skew_is_not_judged_against_a_policy_read_from_the_same_daemonsets(tmp
     skew = [f for f in report.findings if f.id == "driver.version-skew"]
     assert skew, report.ids
     assert all(f.action is None or f.action.op is not FixOp.PATCH_POLICY for f in skew)
+
+
+def test_a_failed_driver_upgrade_is_named_without_the_upgrade_policy(tmp_path: Path) -> None:
+    """The upgrade state label exists only while autoUpgrade is on: a node left upgrade-failed that no pod holds is
+    named from a plain dump, whose policy read back from the DaemonSets has no upgradePolicy."""
+    write_dump(build(parse_scenario("name: upg\nstack: gpu-operator\n" + TWO_NODES)).cluster, tmp_path, extras=False)
+    nodes_file = tmp_path / "nodes.json"
+    nodes = json.loads(nodes_file.read_text())
+    nodes["items"][0]["metadata"]["labels"][UPGRADE_STATE] = "upgrade-failed"
+    nodes_file.write_text(json.dumps(nodes))
+    report = diagnose(read_dump(tmp_path))
+    assert [(f.id, f.node) for f in report.findings if f.severity is Severity.ERROR] == [("driver.upgrade-failed", "a")]

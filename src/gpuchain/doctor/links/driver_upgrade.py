@@ -110,7 +110,12 @@ def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | Non
     if failing or state not in (WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED) or ctx.policy_obj is None:
         return None
     if unread(ctx.stack, "driver.upgradePolicy"):
-        return None  # a policy read back from the DaemonSets does not show its upgrade policy: nothing to name
+        # A policy read back from the DaemonSets shows no upgrade policy; the state label itself says autoUpgrade is on
+        # (the controller removes every node's label where it is off: NVIDIA/gpu-operator
+        # controllers/upgrade_controller.go@v26.7.0 removeNodeUpgradeStateLabels). Only a failed upgrade that no pod
+        # holds under either drain section is named without knowing which section the policy turns on.
+        pods_hold = any(blockers(ctx, view, _drainer(ctx, {}, section)) for section in ("drain", "podDeletion"))
+        return _failed(ctx, view, [f"label {STATE_LABEL}={state}"]) if state == FAILED and not pods_hold else None
     policy = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
     evidence = [f"label {STATE_LABEL}={state}"]
     action: Fix | None
