@@ -230,3 +230,18 @@ def test_a_failed_driver_upgrade_is_named_without_the_upgrade_policy(tmp_path: P
     nodes_file.write_text(json.dumps(nodes))
     report = diagnose(read_dump(tmp_path))
     assert [(f.id, f.node) for f in report.findings if f.severity is Severity.ERROR] == [("driver.upgrade-failed", "a")]
+
+
+def test_an_operator_before_its_validator_is_found_by_the_daemonsets_only_it_renders() -> None:
+    """Before v1.5.0 the operator ran no validator DaemonSet and its operands lived in gpu-operator-resources: a plain
+    dump's driver and toolkit DaemonSets name the stack and the namespace its policy is read back from."""
+    old = "gpu-operator-resources"
+    sets = [
+        _ds("nvidia-driver-daemonset", [{"name": "nvidia-driver-ctr", "image": "nvcr.io/nvidia/driver:450.80.02"}]),
+        _ds("nvidia-container-toolkit-daemonset", [{"name": "nvidia-container-toolkit-ctr", "image": "x/tk:1.4.0"}]),
+    ]
+    for ds in sets:
+        ds["metadata"]["namespace"] = old
+    stack = detect(_snapshot(sets))
+    assert stack is not None and (stack.id, stack.namespace) == ("gpu-operator", old)
+    assert stack.policy.driver.version == "450.80.02" and not stack.policy.device_plugin.enabled

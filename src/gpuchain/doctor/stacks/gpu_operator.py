@@ -35,6 +35,9 @@ DAEMONSETS = {
     "gpu-feature-discovery": "gpu-feature-discovery",
     "mig-manager": "nvidia-mig-manager",
 }
+OPERAND_NAMES = frozenset(DAEMONSETS.values())
+#: The operand DaemonSets no other stack names so: the operator's driver and toolkit.
+RENDERED_ONLY = frozenset({DAEMONSETS["driver"], DAEMONSETS["container-toolkit"]})
 CONTAINERS = {
     "driver": "nvidia-driver-ctr",
     "container-toolkit": "nvidia-container-toolkit-ctr",
@@ -116,12 +119,22 @@ def detect(snapshot: Snapshot) -> Stack | None:
     policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
     validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
     operators = [] if policies or validators else [p for p in snapshot.pods if runs_operator(p)]
-    if not policies and not validators and not operators:
+    # Before v1.5.0 the operator ran no validator DaemonSet, and a plain dump lists no policy: its driver and
+    # toolkit DaemonSets, under names only its assets give (assets/state-driver, state-container-toolkit), show it.
+    rendered = (
+        [d for d in snapshot.daemonsets if name_of(d) in RENDERED_ONLY]
+        if "clusterpolicies" in snapshot.absent and not policies and not validators and not operators
+        else []
+    )
+    if not policies and not validators and not operators and not rendered:
         return None
     chosen = reconciled(policies)
     obj = chosen or active_policy(policies)
     status_ns = str((obj or {}).get("status", {}).get("namespace") or "")
-    found = validators or operators
+    # Without a policy's status.namespace or a validator (before v1.5.0 the operator ran none), the operand
+    # DaemonSets' namespace is the operands' (gpu-operator-resources then), not the operator pod's.
+    operand_sets = [d for d in snapshot.daemonsets if name_of(d) in OPERAND_NAMES] if not validators else []
+    found = validators or operand_sets or operators or rendered
     ds_ns = str((found[0].get("metadata") or {}).get("namespace") or "") if found else ""
     namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
     notes = []
