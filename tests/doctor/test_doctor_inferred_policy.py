@@ -12,7 +12,7 @@ import pytest
 from gpuchain.doctor import diagnose
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.links.common import DRIVER_VERSION
-from gpuchain.doctor.model import FixOp, Severity
+from gpuchain.doctor.model import Fix, FixOp, Severity
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.gpu_operator import CONTAINERS, DAEMONSETS, UPGRADE_STATE
 from gpuchain.doctor.stacks.inferred_policy import driver_version, infer_policy, split_image
@@ -51,6 +51,9 @@ def test_every_operand_of_a_default_policy_reads_back_enabled(tmp_path: Path) ->
     assert stack.policy_name == "cluster-policy"
     assert any("read back from the operand DaemonSets" in n for n in stack.notes)
     assert any(line.startswith("driver image ") for line in stack.policy_inferred)
+    patch = stack.render(Fix(FixOp.PATCH_POLICY, stack.policy_name, {"spec": {"driver": {"enabled": False}}}))
+    assert patch.startswith("kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge")
+    assert "kubectl get clusterpolicies.nvidia.com names yours" in patch
 
 
 def test_operands_the_policy_turned_off_read_back_off(tmp_path: Path) -> None:

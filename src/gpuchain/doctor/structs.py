@@ -242,9 +242,16 @@ class Stack:
             return f"kubectl label {kind} {fix.target} {' '.join(parts)}{overwrite}"
         if fix.op is FixOp.PATCH_POLICY:
             fields = {k: v for k, v in ch.items() if k != NOT_SIMULATED}  # a note to the simulator, not a field
+            resource = self.policy_resource or "clusterpolicy"
+            # A policy read back from its DaemonSets has no name in the source: the one given is the likeliest.
+            guessed = (
+                f"   # {fix.target} is the likeliest name; kubectl get {resource} names yours"
+                if self.policy_inferred and fix.target == self.policy_name
+                else ""
+            )
             return (
-                f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
-                f"-p '{json.dumps(fields, separators=(',', ':'))}'"
+                f"kubectl patch {resource} {fix.target} --type merge "
+                f"-p '{json.dumps(fields, separators=(',', ':'))}'{guessed}"
             )
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
