@@ -55,6 +55,7 @@ from gpuchain.doctor.scheduling import unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
+from gpuchain.doctor.stacks.inferred_policy import unread_keys
 from gpuchain.doctor.structs import CHARTS, Chart, Snapshot
 from gpuchain.doctor.trust import check_exporter
 from gpuchain.doctor.unlabelled import placed_nowhere
@@ -459,7 +460,10 @@ def _version_skew(ctx: Context) -> list[Finding]:
             evidence=evidence,
             fix=f"# none needed; to align them, upgrade the host driver to {majority} with the node image",
         )
-    if containers and not ctx.policy_unknown and ctx.policy.driver.version != majority:
+    # A policy read back from these same DaemonSets (`Stack.policy_inferred`) names what they run, not what the
+    # user asked for: only a listed policy's version is compared with the majority's.
+    listed = not ctx.policy_unknown and not ctx.stack.policy_inferred
+    if containers and listed and ctx.policy.driver.version != majority:
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"driver": {"version": majority}}})
         fix = ctx.stack.render(action) + "   # the upgrade controller rolls it node by node"
     elif containers:
@@ -596,6 +600,15 @@ def not_judged(ctx: Context) -> list[str]:
     """What the source (a dump) lacks that this stack's checks read, and what was therefore not judged."""
     absent, stack = ctx.snapshot.absent, ctx.stack
     lines = []
+    if stack.policy_inferred:
+        lines.append(
+            f"the dump has no ClusterPolicy ({stack.policy_resource}; clusterpolicies.json): gpuchain read its "
+            "switches back from the operand DaemonSets the operator rendered from it "
+            f"({'; '.join(stack.policy_inferred)}); "
+            f"not judged: {', '.join(unread_keys(stack))}, the policy's name, and whether the policy asks for "
+            "other than what those DaemonSets run; "
+            f"fixes name the policy {ctx.policy_name}, a guess (kubectl get {stack.policy_resource} names it)"
+        )
     if ctx.policy_unknown:
         lines.append(
             f"the dump has no ClusterPolicy ({stack.policy_resource}; clusterpolicies.json): not judged whether "

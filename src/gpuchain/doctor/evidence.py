@@ -462,8 +462,15 @@ def _fix(
     elif entry is not None and entry.id == HOST_GLIBC and ctx.policy_obj is not None:
         tag = toolkit_tag_for_old_glibc(ctx.policy.toolkit.version)
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"toolkit": {"version": tag}}})
+        # A version read back from the toolkit DaemonSet's image (stacks/inferred_policy.py) says which rule made it.
+        rule = (
+            f" (spec.toolkit.version {ctx.policy.toolkit.version}, read from the toolkit DaemonSet's image, with the "
+            "-ubi8 suffix, whose binaries are built for centos7's glibc; the -centos7 suffix for releases before v1.15)"
+            if ctx.stack.policy_inferred
+            else ""
+        )
         return action, ctx.stack.render(action) + (
-            f"   # the toolkit image whose binaries run on the host's older glibc; then {rerun}"
+            f"   # the toolkit image whose binaries run on the host's older glibc{rule}; then {rerun}"
         )
     elif link == "toolkit" and entry is None and nvidia_runtime_refused(ctx, view, failure):
         # runc creates the node's other containers: the nvidia runtime's edit of this one's spec is what fails, so

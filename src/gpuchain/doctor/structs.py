@@ -133,6 +133,9 @@ class Stack:
     policy_obj: Obj | None = None
     policy_resource: str = ""  #: e.g. clusterpolicies.nvidia.com (for kubectl), "" without a policy
     policy_problems: tuple[str, ...] = ()
+    #: where `policy_obj` was read back from the operand DaemonSets (the source lists no policy): each field read and
+    #: from where; () for a policy the source lists. A check comparing the policy with those DaemonSets asks this.
+    policy_inferred: tuple[str, ...] = ()
     host_driver: bool = False  #: the driver is the node's own (managed image, pre-installed)
     prefixes: dict[str, str] = field(default_factory=dict)  #: DaemonSet name prefix -> operand state
     notes: tuple[str, ...] = ()  #: what the adapter saw, for the report header
@@ -239,9 +242,16 @@ class Stack:
             return f"kubectl label {kind} {fix.target} {' '.join(parts)}{overwrite}"
         if fix.op is FixOp.PATCH_POLICY:
             fields = {k: v for k, v in ch.items() if k != NOT_SIMULATED}  # a note to the simulator, not a field
+            resource = self.policy_resource or "clusterpolicy"
+            # A policy read back from its DaemonSets has no name in the source: the one given is the likeliest.
+            guessed = (
+                f"   # {fix.target} is the likeliest name; kubectl get {resource} names yours"
+                if self.policy_inferred and fix.target == self.policy_name
+                else ""
+            )
             return (
-                f"kubectl patch {self.policy_resource or 'clusterpolicy'} {fix.target} --type merge "
-                f"-p '{json.dumps(fields, separators=(',', ':'))}'"
+                f"kubectl patch {resource} {fix.target} --type merge "
+                f"-p '{json.dumps(fields, separators=(',', ':'))}'{guessed}"
             )
         if fix.op is FixOp.PATCH_DAEMONSET:
             ns, _, name = fix.target.partition("/")
@@ -297,6 +307,7 @@ class Stack:
             "title": self.title,
             "namespace": self.namespace,
             "policy": f"{self.policy_resource}/{self.policy_name}" if self.policy_obj else None,
+            "policyInferred": list(self.policy_inferred),
             "hostDriver": self.host_driver,
             "daemonsets": dict(self.daemonsets),
             "notes": list(self.notes),

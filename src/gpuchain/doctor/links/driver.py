@@ -248,6 +248,14 @@ def check_driver(ctx: Context, view: NodeView) -> Result:
             no_nvml = plugin_without_nvml(ctx, view) if image is not None and not image.ships_driver else None
             if image is not None and no_nvml is not None:
                 return _image_without_driver(ctx, view, image, why, no_nvml)
+            if ctx.stack.policy_inferred:
+                # The policy's driver.enabled=false was read back from the driver DaemonSet's absence
+                # (inferred_policy): with nothing on the node proving a host driver, the link is not judged.
+                return Result(
+                    LinkState.NOT_JUDGED,
+                    f"not judged: no {ctx.ds(DRIVER)} DaemonSet (driver.enabled=false read back from its absence), "
+                    f"no validator, no driver label, and {NO_POLICY}",
+                )
             return Result(LinkState.OK, f"driver container off ({why}); host driver assumed")
         state = pod_state(validator)
         enable = (

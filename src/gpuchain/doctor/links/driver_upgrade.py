@@ -23,6 +23,7 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.drains import MAX_BLOCKERS, NOT_SIMULATED_NOTE, Drainer, blockers, held_by
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import labels_of, name_of, namespace_of
 from gpuchain.kube.selectors import match_labels
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, UPGRADE_REQUIRED, WAIT_FOR_JOBS
@@ -108,6 +109,13 @@ def upgrade_held(ctx: Context, view: NodeView, *, failing: bool) -> Result | Non
     state = view.labels.get(STATE_LABEL, "")
     if failing or state not in (WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED) or ctx.policy_obj is None:
         return None
+    if unread(ctx.stack, "driver.upgradePolicy"):
+        # A policy read back from the DaemonSets shows no upgrade policy; the state label itself says autoUpgrade is on
+        # (the controller removes every node's label where it is off: NVIDIA/gpu-operator
+        # controllers/upgrade_controller.go@v26.7.0 removeNodeUpgradeStateLabels). Only a failed upgrade that no pod
+        # holds under either drain section is named without knowing which section the policy turns on.
+        pods_hold = any(blockers(ctx, view, _drainer(ctx, {}, section)) for section in ("drain", "podDeletion"))
+        return _failed(ctx, view, [f"label {STATE_LABEL}={state}"]) if state == FAILED and not pods_hold else None
     policy = ((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
     evidence = [f"label {STATE_LABEL}={state}"]
     action: Fix | None

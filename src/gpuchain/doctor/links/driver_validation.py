@@ -38,6 +38,7 @@ from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.talos_extensions import talos_release
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp
 from gpuchain.doctor.node_image import node_image
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import DRIVER, TOOLKIT
 
@@ -71,6 +72,9 @@ def hung_driver_validation(ctx: Context, *, view: NodeView, validator: Obj, at: 
     can name (the host driver was found and fails with words the catalog does not know)."""
     if ctx.policy_unknown or ctx.policy_obj is None:
         return None
+    # A policy read back from the DaemonSets (stacks/inferred_policy.py) whose validator showed no install dir volume:
+    # the key is not known, so no repair that rests on its value is named.
+    hidden = unread(ctx.stack, "hostPaths")
     log = ctx.log(validator, at)
     if not _found_nothing(log) or HOST_SMI in log:
         return None  # the driver was found and speaks (a catalog entry reads known words first): its words tell
@@ -81,7 +85,7 @@ def hung_driver_validation(ctx: Context, *, view: NodeView, validator: Obj, at: 
     paths = ((ctx.policy_obj.get("spec") or {}).get("hostPaths") or {}).get("driverInstallDir")
     root = str(paths or DEFAULT_DRIVER_ROOT).rstrip("/") or "/"
     if ctx.deploys(DRIVER):
-        if root == DEFAULT_DRIVER_ROOT:
+        if root == DEFAULT_DRIVER_ROOT or hidden:
             return None  # the driver container's own root: its pod's state says why it has no driver there
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"hostPaths": {"driverInstallDir": None}}})
         return Known(
@@ -95,14 +99,15 @@ def hung_driver_validation(ctx: Context, *, view: NodeView, validator: Obj, at: 
             + f"   # drop the override: the validation looks under {DEFAULT_DRIVER_ROOT}, where the driver container "
             "installs",
         )
+    shown = "not in the dump" if hidden else root
     markers = f"{VALIDATIONS}/driver-ready" + ("" if ctx.deploys(TOOLKIT) else f" and {VALIDATIONS}/toolkit-ready")
     cause = (
         "the operator's driver is off (driver.enabled=false), so its validator accepts a driver on the host only where "
         "<host root>/usr/bin/nvidia-smi exists, else under spec.hostPaths.driverInstallDir "
-        f"({root}) with nvidia-smi in usr/bin or bin and libnvidia-ml.so.1 in usr/lib64 or lib/<arch>-linux-gnu; it "
+        f"({shown}) with nvidia-smi in usr/bin or bin and libnvidia-ml.so.1 in usr/lib64 or lib/<arch>-linux-gnu; it "
         f"finds neither, so it retries forever and never writes {markers}, which the operands wait for."
     )
-    facts = ("spec.driver.enabled=false", f"spec.hostPaths.driverInstallDir={root}", *evidence)
+    facts = ("spec.driver.enabled=false", f"spec.hostPaths.driverInstallDir={shown}", *evidence)
     release = talos_release(view.node)
     if release:
         action = Fix(
@@ -127,7 +132,7 @@ def hung_driver_validation(ctx: Context, *, view: NodeView, validator: Obj, at: 
         )
     image = node_image(view.node)
     kept = (image.keep.get("hostPaths") or {}).get("driverInstallDir") if image and image.ships_driver else None
-    if image is not None and kept and kept != root:
+    if image is not None and kept and (hidden or kept != root):
         action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {"hostPaths": {"driverInstallDir": kept}}})
         return Known(
             cause=f"{cause} The node's {image.cloud} image installs its driver under {kept}.",

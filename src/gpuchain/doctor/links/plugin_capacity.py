@@ -15,6 +15,7 @@ from gpuchain.doctor.links.stale_resource import stale_finding, stale_resources
 from gpuchain.doctor.links.toolkit import NO_DEVICES
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import PodState
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 from gpuchain.remediation.model import find_condition, node_view
@@ -61,7 +62,7 @@ def count_findings(
         replicas = replicas_in(configs.get(key, "")) or (gpu_cap // physical if physical else None)
         source = (
             f"key {key!r} of the device plugin's ConfigMap ({NO_POLICY} to name it)"
-            if ctx.policy_unknown
+            if ctx.policy_unknown or unread(ctx.stack, "devicePlugin.config")
             else f"ConfigMap {ctx.namespace}/{ctx.policy.device_plugin.config.name} key {key!r}"
         )
         # Only a label the node carries can be removed; a shared default is changed in the policy.

@@ -20,6 +20,7 @@ from gpuchain.doctor.owners import HELM_RELEASE, chart_of, owner_daemonset, owne
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.releases import defect, showing
 from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.doctor.stacks.inferred_policy import unread
 from gpuchain.kube.objects import Obj, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
@@ -32,7 +33,7 @@ CONFIG_MISSING = (
 
 
 def config_missing(ctx: Context, view: NodeView) -> Finding | None:
-    if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown:
+    if "configmaps" in ctx.snapshot.absent or ctx.policy_unknown or unread(ctx.stack, "devicePlugin.config"):
         return None  # a dump without the stack's ConfigMaps or the policy naming one: nothing to compare
     labelled = view.labels.get(DEVICE_PLUGIN_CONFIG)
     key = labelled or ctx.policy.device_plugin.config.default

@@ -226,6 +226,10 @@ def _validator_release(ctx: Context) -> str:
     sets ``spec.validator.version`` to its own appVersion unless the user pins one (NVIDIA/gpu-operator
     deployments/gpu-operator/templates/clusterpolicy.yaml@a22dbf6: ``.Values.validator.version | default
     .Chart.AppVersion``)."""
+    if ctx.stack.policy_inferred:
+        # A policy read back from the DaemonSets (stacks/inferred_policy.py) names their templates' tag, not a
+        # release the user's chart set: the validator pods that run it say the release (`_validator_pod_release`).
+        return ""
     spec = ((ctx.policy_obj or {}).get("spec") or {}).get("validator") or {}
     return _operator_numbered(str(spec.get("version") or ""))
 

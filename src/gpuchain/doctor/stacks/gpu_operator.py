@@ -17,12 +17,14 @@ from pydantic import BaseModel
 
 from gpuchain.doctor.operator_says import runs_operator
 from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.doctor.stacks.inferred_policy import infer_policy
 from gpuchain.doctor.structs import CHARTS, Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 from gpuchain.operator.policy import ClusterPolicySpec, parse_policy
 from gpuchain.operator.reconcile import active_policy
 
 POLICY_GROUP = "nvidia.com"
+POLICY_RESOURCE = f"clusterpolicies.{POLICY_GROUP}"
 DEFAULT_NAMESPACE = "gpu-operator"
 DAEMONSETS = {
     "driver": "nvidia-driver-daemonset",
@@ -33,6 +35,9 @@ DAEMONSETS = {
     "gpu-feature-discovery": "gpu-feature-discovery",
     "mig-manager": "nvidia-mig-manager",
 }
+OPERAND_NAMES = frozenset(DAEMONSETS.values())
+#: The operand DaemonSets no other stack names so: the operator's driver and toolkit.
+RENDERED_ONLY = frozenset({DAEMONSETS["driver"], DAEMONSETS["container-toolkit"]})
 CONTAINERS = {
     "driver": "nvidia-driver-ctr",
     "container-toolkit": "nvidia-container-toolkit-ctr",
@@ -114,16 +119,37 @@ def detect(snapshot: Snapshot) -> Stack | None:
     policies = [p for p in snapshot.policies if str(p.get("apiVersion", "")).startswith(POLICY_GROUP + "/")]
     validators = [d for d in snapshot.daemonsets if name_of(d) == DAEMONSETS["operator-validation"]]
     operators = [] if policies or validators else [p for p in snapshot.pods if runs_operator(p)]
-    if not policies and not validators and not operators:
+    # Before v1.5.0 the operator ran no validator DaemonSet, and a plain dump lists no policy: its driver and
+    # toolkit DaemonSets, under names only its assets give (assets/state-driver, state-container-toolkit), show it.
+    rendered = (
+        [d for d in snapshot.daemonsets if name_of(d) in RENDERED_ONLY]
+        if "clusterpolicies" in snapshot.absent and not policies and not validators and not operators
+        else []
+    )
+    if not policies and not validators and not operators and not rendered:
         return None
     chosen = reconciled(policies)
     obj = chosen or active_policy(policies)
     status_ns = str((obj or {}).get("status", {}).get("namespace") or "")
-    found = validators or operators
+    # Without a policy's status.namespace or a validator (before v1.5.0 the operator ran none), the operand
+    # DaemonSets' namespace is the operands' (gpu-operator-resources then), not the operator pod's.
+    operand_sets = [d for d in snapshot.daemonsets if name_of(d) in OPERAND_NAMES] if not validators else []
+    found = validators or operand_sets or operators or rendered
     ds_ns = str((found[0].get("metadata") or {}).get("namespace") or "") if found else ""
     namespace = snapshot.namespace or status_ns or ds_ns or DEFAULT_NAMESPACE
-    spec = lenient_policy((obj or {}).get("spec"))
     notes = []
+    inferred: tuple[str, ...] = ()
+    prefixes = {DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"}
+    if obj is None and "clusterpolicies" in snapshot.absent:
+        # A plain kubectl dump lists no ClusterPolicy: read its switches back from the DaemonSets it rendered.
+        found_policy = infer_policy(snapshot, namespace, DAEMONSETS, CONTAINERS, prefixes)
+        if found_policy is not None:
+            obj, inferred = found_policy
+            notes.append(
+                f"ClusterPolicy not in the source: its switches read back from the operand DaemonSets of {namespace} "
+                f"(the name {name_of(obj)} is a guess: kubectl get {POLICY_RESOURCE} names it)"
+            )
+    spec = lenient_policy((obj or {}).get("spec"))
     ignored = sorted(name_of(p) for p in policies if chosen is not None and p is not chosen)
     if ignored:
         notes.append(
@@ -140,8 +166,9 @@ def detect(snapshot: Snapshot) -> Stack | None:
         containers=dict(CONTAINERS),
         policy=spec,
         policy_obj=obj,
-        policy_resource=f"clusterpolicies.{POLICY_GROUP}",
-        prefixes={DRIVER_PREFIX: "driver", PRECOMPILED_PREFIX: "driver"},
+        policy_inferred=inferred,
+        policy_resource=POLICY_RESOURCE,
+        prefixes=prefixes,
         precompiled_prefix=PRECOMPILED_PREFIX,
         driver_image_os=DRIVER_IMAGE_OS,
         chart=CHARTS["gpu-operator"],
