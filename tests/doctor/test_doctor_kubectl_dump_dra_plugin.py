@@ -17,7 +17,7 @@ from typing import Any
 from doctor.small_cluster import built
 
 from gpuchain.doctor import LinkState, Severity
-from gpuchain.doctor.diagnose import diagnose
+from gpuchain.doctor.diagnose import diagnose, run_doctor
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import Report
 from gpuchain.sim.build import SimCluster
@@ -122,6 +122,27 @@ def test_a_dra_plugin_serving_an_older_driver_is_named_from_a_kubectl_dump(tmp_p
 def test_a_ready_dra_plugin_with_nothing_stale_is_no_fault_in_a_kubectl_dump(tmp_path: Path) -> None:
     report = _from_kubectl_dump(built(CLUSTER, *_dra_instead_of_the_device_plugin()), tmp_path)
     assert not [f for f in report.findings if f.severity is Severity.ERROR]
+    (chain,) = [c for c in report.chains if c.node == NODE]
+    plugin = next(link for link in chain.links if link.name == "device-plugin")
+    assert plugin.state is LinkState.SKIPPED and "DRA kubelet plugin" in plugin.summary
+    # What the dump cannot tell is said, not guessed: whether the plugin published the node's GPUs.
+    assert any("no ResourceSlices" in line for line in report.not_judged), report.not_judged
+
+
+def test_a_dump_with_its_resourceslices_does_not_say_it_lacks_them(tmp_path: Path) -> None:
+    sim = built(CLUSTER, *_dra_instead_of_the_device_plugin())
+    write_dump(sim.cluster, tmp_path)
+    report = diagnose(read_dump(tmp_path))
+    assert not any("no ResourceSlices" in line for line in report.not_judged), report.not_judged
+
+
+def test_live_with_the_device_plugin_off_in_the_policy_the_dra_plugin_serves_the_node() -> None:
+    """NVIDIA's documented install beside its DRA driver switches the device plugin off in the ClusterPolicy: read
+    live, that is the DRA kubelet plugin's node, not a device plugin switched off with nothing in its place."""
+    off = CLUSTER.replace("policy: {driver:", "policy: {devicePlugin: {enabled: false}, driver:")
+    sim = built(off, *[e for e in _dra_instead_of_the_device_plugin() if e["do"] != "delete-daemonset"])
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    assert not [f for f in report.findings if f.id == "device-plugin.disabled-in-policy"], report.findings
     (chain,) = [c for c in report.chains if c.node == NODE]
     plugin = next(link for link in chain.links if link.name == "device-plugin")
     assert plugin.state is LinkState.SKIPPED and "DRA kubelet plugin" in plugin.summary

@@ -15,40 +15,25 @@ import pytest
 from sim.heldout import variants
 
 #: Case -> what a plain kubectl dump of it changes in the doctor's answer (see the module's docstring).
+#: Why, as found when the list was last cut: h3-08, h6-11, h6-14, h19-13, h33-02, h41-03 and h41-05 set a
+#: ClusterPolicy key the simulator's operand DaemonSets do not render (the driver manager init container, the gdrcopy
+#: sidecar, the validator's driver-install-dir volume, toolkit env and CDI_ENABLED edited after the build), so the
+#: policy read back from them cannot show it (a real operator's DaemonSets do); h49-01 likewise (the simulated toolkit
+#: carries gpuchain's env, not NVIDIA's). Only a listing a kubectl dump lacks tells h9-05 (ResourceSlices), h39-07 (the
+#: plugin's ConfigMap: no GFD sharing label, no "Running with config:" line in the simulated plugin log) and h40-05's
+#: second fault (the plugin's ConfigMap). h8-18's live answer is the wrong one (a false error with no ResourceSlice).
 KUBECTL_DIFFERS = {
-    "h2-10-debian12-driver-image-missing": "fix",
-    "h2-16-two-faults-os-image-and-cdi-spec": "fix",
     "h3-08-driver-manager-host-mofed-loop": "fix",
-    "h3-15-gke-cos121-no-driver-image": "fix",
-    "h6-02-eks-ubuntu-operator-driver-build-fails": "fix",
     "h6-11-driver-restart-gdrdrv-holds-module": "fix",
     "h6-14-two-faults-gdrdrv-and-exporter-hostengine": "fix",
-    "h7-10-okd-scos-driver-tag-missing": "fix",
     "h8-18-healthy-dra-gpus-plugin-device-plugin-off": "healthy",
     "h9-05-dra-empty-resourceslice-gke-cos": "root",
-    "h12-03-openshift-plugin-v073-pinned-newer-operator": "fix",
-    "h12-09-eks-al2-operator-driver-image-amzn2-not-found": "fix",
-    "h12-12-openshift-412-operator-2531-driver-crashloop": "fix",
-    "h13-07-operator-2430-ubuntu2404-driver-image-missing": "fix",
     "h19-13-k0s-operator-249-toolkit-config-dump": "fix",
-    "h21-07-operator-driver-upgrade-failed-node-left-cordoned": "root",
-    "h21-12-two-faults-okd-dtk-repoconfig-and-upgrade-failed": "root",
-    "h21-13-two-faults-operator-secure-boot-and-upgrade-failed": "root",
-    "h25-04-operator-plugin-validator-admission-gpus-already-taken": "fix",
-    "h25-06-rke2-operator-rhel97-driver-image-tag-not-published": "fix",
-    "h25-11-two-faults-exporter-nvlink-and-rhel97-driver-image": "fix",
-    "h27-04-okd-417-scos-driver-image-manifest-unknown": "fix",
-    "h33-01-talos-operator-host-driver-toolkit-no-validation-markers": "fix",
     "h33-02-gke-operator-driver-install-dir-override-loops": "fix",
-    "h37-03-operator-150-driver-validation-untolerated-taint": "root",
     "h39-07-two-faults-k3s-runtime-unwired-and-t4-vram-hog": "root",
-    "h40-03-openshift-plugin-validation-one-gpu-held-by-user-pod": "fix",
     "h40-05-two-faults-openshift-plugin-validation-and-rename": "fix",
-    "h40-09-two-faults-eks-plugin-validation-and-exporter-sidecar": "fix",
     "h41-03-operator-cdi-kai-fraction-pod-binder-without-cdi": "root",
     "h41-05-two-faults-gke-operator-kvcache-taint-and-kai-cdi": "root",
-    "h42-01-eks-operator-device-plugin-disabled-in-policy": "root",
-    "h48-02-two-faults-mig-left-on-and-triton-no-gpu-limits": "root",
     "h49-01-two-faults-operator-llmkube-runc-and-jellyfin-caps": "root",
 }
 

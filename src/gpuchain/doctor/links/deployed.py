@@ -19,7 +19,7 @@ from gpuchain.doctor.links.common import (
     placement_fix,
     said_in,
 )
-from gpuchain.doctor.links.dra_plugin import node_dra_plugin, stale_dra_plugin
+from gpuchain.doctor.links.dra_plugin import dra_served
 from gpuchain.doctor.links.driver_paused import paused_for_driver
 from gpuchain.doctor.links.nfd_pods import nfd_down
 from gpuchain.doctor.links.operator_unlabelled import operator_unlabelled
@@ -30,10 +30,10 @@ from gpuchain.doctor.operator_says import OperatorSays, operator_says
 from gpuchain.doctor.placement import Blocker, blocker, pod_blocker, taint_text, tolerations_for
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.removed_apis import API_NOT_SERVED, api_repair
-from gpuchain.doctor.stacks.base import daemonsets_in, is_dra_plugin, is_gpu_node
+from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
-from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, NFD_GPU_LABELS, Operand, deploy_label, enabled
+from gpuchain.operator.operands import DRIVER, NFD_GPU_LABELS, Operand, deploy_label, enabled
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
 
@@ -559,20 +559,6 @@ def _nothing_deployed(ctx: Context) -> bool:
     return bool(ctx.memo["nothing_deployed"])
 
 
-def _dra_served(ctx: Context, view: NodeView, operand: Operand) -> Result | None:
-    """Where the source has no ClusterPolicy to say whether the device plugin is enabled, NVIDIA's DRA kubelet plugin
-    on the node serves its GPUs in the device plugin's place: NVIDIA installs the GPU Operator beside its DRA driver
-    with the device plugin off (NVIDIA cloud-native-docs gpu-operator/latest/dra-intro-install.html: ``--set
-    devicePlugin.enabled=false``), so the link is that plugin's, as where the policy says so (`stale_dra_plugin`, else
-    skipped); None for another operand or where no such plugin runs on the node."""
-    plugin = node_dra_plugin(ctx, view) if operand is DEVICE_PLUGIN else None
-    if plugin is None or not is_dra_plugin(plugin):
-        return None
-    return stale_dra_plugin(ctx, view) or Result(
-        LinkState.SKIPPED, f"no device plugin DaemonSet: NVIDIA's DRA kubelet plugin {name_of(plugin)} serves the GPUs"
-    )
-
-
 def _halted(ctx: Context, operator: Obj | None) -> bool:
     """Where the source has no ClusterPolicy: has the running operator deployed no operand at all while its log names
     the step it fails at (a catalog entry of the operator's)? Its reconcile then stops at that step before any
@@ -604,7 +590,7 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
         # Whatever the policy enables, an operator that does not run has deployed nothing.
         return _operator_down(ctx, view, operator, name, link)
     if ds is None and ctx.policy_unknown and not _halted(ctx, operator):
-        return _dra_served(ctx, view, operand) or Result(
+        return dra_served(ctx, view, operand) or Result(
             LinkState.NOT_JUDGED,
             f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
         )

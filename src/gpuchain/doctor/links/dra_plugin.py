@@ -27,7 +27,7 @@ from gpuchain.doctor.scheduling import GPUCHAIN_DRA_DS, install_dra
 from gpuchain.doctor.stacks.base import is_dra_plugin
 from gpuchain.kube.allocator import ALLOCATOR_LABEL, DRA
 from gpuchain.kube.objects import Obj, name_of, namespace_of
-from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER
+from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, Operand
 
 WHAT = "NVIDIA DRA kubelet plugin pod"
 #: The chart a fix upgrades (helm repo nvidia = https://helm.ngc.nvidia.com/nvidia, as NVIDIA's docs add it).
@@ -521,4 +521,18 @@ def claims_not_prepared(ctx: Context, view: NodeView) -> Finding | None:
         node=view.name,
         consequences=tuple(f"pod {p}: ContainerCreating, its GPU claims not set up" for p in pods[:8]),
         action=action,
+    )
+
+
+def dra_served(ctx: Context, view: NodeView, operand: Operand) -> Result | None:
+    """Where the policy switches the device plugin off, or the source has no ClusterPolicy to say, NVIDIA's DRA kubelet
+    plugin on the node serves its GPUs in the device plugin's place: NVIDIA installs the GPU Operator beside its DRA
+    driver with the device plugin off (NVIDIA cloud-native-docs gpu-operator/latest/dra-intro-install.html: ``--set
+    devicePlugin.enabled=false``), so the link is that plugin's (`stale_dra_plugin`, else skipped), not a plugin
+    missing; None for another operand or where no such plugin runs on the node."""
+    plugin = node_dra_plugin(ctx, view) if operand is DEVICE_PLUGIN else None
+    if plugin is None or not is_dra_plugin(plugin):
+        return None
+    return stale_dra_plugin(ctx, view) or Result(
+        LinkState.SKIPPED, f"no device plugin DaemonSet: NVIDIA's DRA kubelet plugin {name_of(plugin)} serves the GPUs"
     )

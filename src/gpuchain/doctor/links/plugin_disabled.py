@@ -14,6 +14,7 @@ from typing import cast
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding, opted_out
+from gpuchain.doctor.links.dra_plugin import dra_served
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.pods import unschedulable_message
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
@@ -35,8 +36,9 @@ def _waiting(ctx: Context) -> list[str]:
 
 def disabled_in_policy(ctx: Context, view: NodeView) -> Result | None:
     """``view``'s node offers no GPU, runs no device plugin, and the stack's policy has its device plugin switched
-    off (not opted out by the node's own label): an error where GPU pods wait for GPUs, a warning otherwise. None
-    where any of that is not so."""
+    off (not opted out by the node's own label): an error where GPU pods wait for GPUs, a warning otherwise; the DRA
+    kubelet plugin's link where that plugin serves the node's GPUs instead (`dra_served`). None where any of that is
+    not so."""
     if ctx.policy_obj is None or enabled(ctx.policy, DEVICE_PLUGIN) or opted_out(view, DEVICE_PLUGIN):
         return None
     if view.pod(DEVICE_PLUGIN) is not None:
@@ -44,6 +46,9 @@ def disabled_in_policy(ctx: Context, view: NodeView) -> Result | None:
     capacity = node_gpu_resources(view.node)
     if any(count > 0 for count in capacity.values()):
         return None  # another plugin (the node image's, a chart of its own) announces the GPUs
+    served = dra_served(ctx, view, DEVICE_PLUGIN)
+    if served is not None:
+        return served
     waiting = _waiting(ctx)
     key = DEVICE_PLUGIN.spec_key
     action = Fix(FixOp.PATCH_POLICY, ctx.policy_name, {"spec": {key: {"enabled": True}}})
