@@ -71,7 +71,7 @@ def mig_left_on(ctx: Context, view: NodeView) -> Finding | None:
             f"{MIG_CONFIG}={wanted}; "
             + (
                 f"no {ctx.ds(MIG_MANAGER)} DaemonSet (the operator deletes it where migManager.enabled is false)"
-                if ctx.policy_unknown
+                if ctx.policy_unknown or ctx.stack.policy_inferred
                 else "migManager.enabled false"
             ),
             "node capacity: " + ", ".join(f"{k}: {v}" for k, v in sorted(announced.items())),
