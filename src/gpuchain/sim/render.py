@@ -204,9 +204,15 @@ def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySp
     by_name = {o.name: o for o in OPERANDS}
     # Every node of a scenario runs the same images (they come from the policy), so the first plan says.
     images = plans[0].images if plans else {}
+    # NVIDIA's operator renders its DaemonSets from the ClusterPolicy it is given (`sim.nvidia_operands`).
+    nvidia_spec = policy.model_dump(mode="json", by_alias=True) if stack == "gpu-operator" else None
     daemonsets = {
         name_of(d): restyle_daemonset(
-            stack, state=by_name[name_of(d)].state, ds=d, image=images.get(by_name[name_of(d)].state, "")
+            stack,
+            state=by_name[name_of(d)].state,
+            ds=d,
+            image=images.get(by_name[name_of(d)].state, ""),
+            nvidia_spec=nvidia_spec,
         )
         for d in wanted
         if d["kind"] == "DaemonSet" and name_of(d) != NODE_AGENT.name

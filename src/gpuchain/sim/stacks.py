@@ -22,6 +22,7 @@ from gpuchain.gpu.topology import load_preset
 from gpuchain.kube.objects import Obj
 from gpuchain.operator.operands import Operand, image_of
 from gpuchain.operator.policy import ClusterPolicySpec
+from gpuchain.sim.nvidia_operands import nvidia_rendered
 
 #: Stacks whose nodes come with the driver and the NVIDIA runtime from their image.
 HOST_STACKS = frozenset({"nvidia-device-plugin", "eks", "aks", "gke"})
@@ -121,9 +122,12 @@ def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> Non
         main["image"] = image
 
 
-def restyle_daemonset(stack: str, *, state: str, ds: Obj, image: str = "") -> Obj:
+def restyle_daemonset(
+    stack: str, *, state: str, ds: Obj, image: str = "", nvidia_spec: dict[str, Any] | None = None
+) -> Obj:
     """The operand's DaemonSet as ``stack`` names it (gpuchain's own is returned unchanged);
-    ``image``: the reference its container runs (default: NVIDIA's released image)."""
+    ``image``: the reference its container runs (default: NVIDIA's released image); ``nvidia_spec``: the GPU
+    Operator's ClusterPolicy spec, whose keys NVIDIA's operator renders into the DaemonSet (`nvidia_rendered`)."""
     if stack == "gpuchain":
         return ds
     ds = copy.deepcopy(ds)
@@ -134,7 +138,7 @@ def restyle_daemonset(stack: str, *, state: str, ds: Obj, image: str = "") -> Ob
         meta["labels"] = {**labels, "app.kubernetes.io/part-of": "gpu-operator"}
         _rename_container(spec, op_stack.CONTAINERS[state], image or NVIDIA_IMAGES.get(state))
         meta.pop("ownerReferences", None)
-        return ds
+        return ds if nvidia_spec is None else nvidia_rendered(ds, state=state, spec=nvidia_spec)
     if stack == "gke":
         name, container, labels = (
             gke_stack.PLUGIN_PREFIX + "-large-cos",
