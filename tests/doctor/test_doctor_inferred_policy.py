@@ -248,3 +248,18 @@ def test_an_operator_before_its_validator_is_found_by_the_daemonsets_only_it_ren
     stack = detect(_snapshot(sets))
     assert stack is not None and (stack.id, stack.namespace) == ("gpu-operator", old)
     assert stack.policy.driver.version == "450.80.02" and not stack.policy.device_plugin.enabled
+
+
+@pytest.mark.parametrize(("mode", "default"), [("cdi", True), ("legacy", None), (None, None)])
+def test_cdi_default_reads_back_from_the_runtime_mode_the_operator_sets_only_for_it(mode, default) -> None:
+    env = [{"name": "CDI_ENABLED", "value": "true"}]
+    if mode is not None:
+        env.append({"name": "NVIDIA_CONTAINER_RUNTIME_MODE", "value": mode})
+    toolkit = [
+        {"name": "nvidia-container-toolkit-ctr", "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.18.0", "env": env}
+    ]
+    found = infer_policy(
+        _snapshot([_ds("nvidia-container-toolkit-daemonset", toolkit)]), "gpu-operator", DAEMONSETS, CONTAINERS, {}
+    )
+    assert found is not None
+    assert found[0]["spec"]["cdi"].get("default") is default

@@ -315,6 +315,12 @@ def _cluster_switches(
         cdi = env.get("CDI_ENABLED", "false") == "true"
         spec["cdi"] = {"enabled": cdi}
         read.append(f"cdi.enabled={str(cdi).lower()} (CDI_ENABLED of {containers.get('container-toolkit')})")
+        # transformToolkitCtrForCDI sets the runtime's mode to cdi only where cdi.default is set as well
+        # (controllers/object_controls.go@v25.3.4, config.CDI.IsDefault()).
+        if cdi and env.get("NVIDIA_CONTAINER_RUNTIME_MODE") == "cdi":
+            spec["cdi"]["default"] = True
+            mode_of = containers.get("container-toolkit")
+            read.append(f"cdi.default=true (NVIDIA_CONTAINER_RUNTIME_MODE=cdi of {mode_of})")
         if env.get("RUNTIME") in ("containerd", "docker", "crio"):
             spec.setdefault("operator", {})["defaultRuntime"] = env["RUNTIME"]
             read.append(f"operator.defaultRuntime={env['RUNTIME']} (RUNTIME of {containers.get('container-toolkit')})")
