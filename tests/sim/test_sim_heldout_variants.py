@@ -15,26 +15,19 @@ import pytest
 from sim.heldout import variants
 
 #: Case -> what a plain kubectl dump of it changes in the doctor's answer (see the module's docstring).
-#: Why, as found when the list was last cut: h3-08, h6-11, h6-14, h19-13, h33-02, h41-03 and h41-05 set a
-#: ClusterPolicy key the simulator's operand DaemonSets do not render (the driver manager init container, the gdrcopy
-#: sidecar, the validator's driver-install-dir volume, toolkit env and CDI_ENABLED edited after the build), so the
-#: policy read back from them cannot show it (a real operator's DaemonSets do); h49-01 likewise (the simulated toolkit
-#: carries gpuchain's env, not NVIDIA's). Only a listing a kubectl dump lacks tells h9-05 (ResourceSlices), h39-07 (the
-#: plugin's ConfigMap: no GFD sharing label, no "Running with config:" line in the simulated plugin log) and h40-05's
-#: second fault (the plugin's ConfigMap). h8-18's live answer is the wrong one (a false error with no ResourceSlice).
+#: Why, as found when the list was last cut: h19-13's toolkit env names CONTAINERD_CONFIG and CONTAINERD_SOCKET, which
+#: NVIDIA's operator also writes itself, so the policy read back from the toolkit DaemonSet cannot tell the user's
+#: from the operator's; h33-02's fix differs only by the note that the ClusterPolicy's name is a guess. Only a
+#: listing a kubectl dump lacks tells h9-05 (ResourceSlices), h39-07 (the plugin's ConfigMap: no GFD sharing label, no
+#: "Running with config:" line in the simulated plugin log) and h40-05's second fault (the plugin's ConfigMap).
+#: h8-18's live answer is the wrong one (a false error with no ResourceSlice at all).
 KUBECTL_DIFFERS = {
-    "h3-08-driver-manager-host-mofed-loop": "fix",
-    "h6-11-driver-restart-gdrdrv-holds-module": "fix",
-    "h6-14-two-faults-gdrdrv-and-exporter-hostengine": "fix",
     "h8-18-healthy-dra-gpus-plugin-device-plugin-off": "healthy",
     "h9-05-dra-empty-resourceslice-gke-cos": "root",
     "h19-13-k0s-operator-249-toolkit-config-dump": "fix",
     "h33-02-gke-operator-driver-install-dir-override-loops": "fix",
     "h39-07-two-faults-k3s-runtime-unwired-and-t4-vram-hog": "root",
     "h40-05-two-faults-openshift-plugin-validation-and-rename": "fix",
-    "h41-03-operator-cdi-kai-fraction-pod-binder-without-cdi": "root",
-    "h41-05-two-faults-gke-operator-kvcache-taint-and-kai-cdi": "root",
-    "h49-01-two-faults-operator-llmkube-runc-and-jellyfin-caps": "root",
 }
 
 

@@ -6,7 +6,9 @@ The file format, the edits and the scoring rule are tests/sim/heldout's (its har
 copied); this module only adds the edits those reports need and the first set did not:
 
 - ``policy``: merge ``spec`` into NVIDIA's ClusterPolicy as the report shows it (keys the simulator's
-  policy schema refuses, e.g. ``driver.rdma``, or env lists of operands);
+  policy schema refuses, e.g. ``driver.rdma``, or env lists of operands), and render the operand DaemonSets'
+  templates from the merged policy again, as NVIDIA's operator reconciles them (`gpuchain.sim.nvidia_operands`), so
+  a dump without the policy shows the edit where a real cluster's DaemonSets would;
 - ``daemonset``: merge ``spec`` / ``status`` into a DaemonSet (an affinity a chart ships, counts the
   controller reports) and, with ``dropPods``, remove its pods: a DaemonSet that places none;
 - ``add-pod``: a pod no DaemonSet owns (the CUDA validator pod the validator starts), running on
@@ -29,8 +31,10 @@ from typing import Any
 
 from sim.heldout import harness as base
 
+from gpuchain.doctor.stacks.gpu_operator import DAEMONSETS, DRIVER_PREFIX, PRECOMPILED_PREFIX
 from gpuchain.kube import DAEMONSET, POD, MemoryCluster
 from gpuchain.operator.migrate import NVIDIA_CLUSTER_POLICY
+from gpuchain.sim.nvidia_operands import nvidia_rendered
 
 HERE = Path(__file__).parent
 
@@ -40,6 +44,7 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
     if what == "policy":
         for policy in cluster.list(NVIDIA_CLUSTER_POLICY):
             cluster.patch(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"], patch={"spec": edit["spec"]})
+            _reconcile(cluster, cluster.get(NVIDIA_CLUSTER_POLICY, name=policy["metadata"]["name"])["spec"])
     elif what == "daemonset":
         ns, name = edit["namespace"], edit["name"]
         if "spec" in edit:
@@ -76,6 +81,28 @@ def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
         )
     else:
         base._apply(cluster, edit)
+
+
+#: NVIDIA's operand DaemonSet name -> its state (the driver's precompiled and NVIDIADriver sets by their prefixes).
+_STATES = {name: state for state, name in DAEMONSETS.items()}
+
+
+def _reconcile(cluster: MemoryCluster, spec: dict[str, Any]) -> None:
+    """Each NVIDIA operand DaemonSet's template rendered from the ClusterPolicy ``spec`` again; its pods stay as the
+    edits made them (the case's reported states), and its controller has observed the new template."""
+    for ds in cluster.list(DAEMONSET):
+        name = str(ds["metadata"]["name"])
+        state = _STATES.get(name) or ("driver" if name.startswith((PRECOMPILED_PREFIX, DRIVER_PREFIX)) else None)
+        if state is None:
+            continue
+        rendered = nvidia_rendered(ds, state=state, spec=spec)
+        if rendered["spec"]["template"] == ds["spec"]["template"]:
+            continue
+        ns = ds["metadata"]["namespace"]
+        cluster.patch(DAEMONSET, name=name, patch={"spec": {"template": rendered["spec"]["template"]}}, namespace=ns)
+        generation = cluster.get(DAEMONSET, name=name, namespace=ns)["metadata"].get("generation")
+        if generation is not None:
+            cluster.patch_status(DAEMONSET, name=name, status={"observedGeneration": generation}, namespace=ns)
 
 
 def _recount(cluster: MemoryCluster) -> None:
