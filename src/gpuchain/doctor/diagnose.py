@@ -51,7 +51,7 @@ from gpuchain.doctor.node import check_node
 from gpuchain.doctor.pods import pod_state, unschedulable_message
 from gpuchain.doctor.quarantine import quarantined
 from gpuchain.doctor.resource_names import misnamed
-from gpuchain.doctor.scheduling import GPUCHAIN_DRA_DS, unplaced
+from gpuchain.doctor.scheduling import dra_plugin_daemonsets, unplaced
 from gpuchain.doctor.snapshot import MAX_SCRAPES, LogReader, Scraper, timed_gather
 from gpuchain.doctor.stacks.base import provider_of
 from gpuchain.doctor.stacks.gpu_operator import UPGRADE_STATE
@@ -622,9 +622,7 @@ def not_judged(ctx: Context) -> list[str]:
             "GPUs are time-sliced where neither a GFD sharing label nor the plugin's 'Running with config:' log "
             "line says so"
         )
-    if "resourceslices" in absent and any(
-        name_of(d).endswith("kubelet-plugin") or name_of(d) == GPUCHAIN_DRA_DS for d in ctx.snapshot.daemonsets
-    ):
+    if "resourceslices" in absent and dra_plugin_daemonsets(ctx.snapshot.daemonsets):
         lines.append(
             "the dump has no ResourceSlices (resourceslices.json): not judged whether the DRA kubelet plugin "
             "published each node's GPUs (a ready plugin whose slice carries no device)"

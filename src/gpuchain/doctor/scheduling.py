@@ -363,6 +363,11 @@ def _slice_taints(ctx: Context) -> tuple[int, list[dict[str, Any]]]:
     return total, tainted
 
 
+def dra_plugin_daemonsets(daemonsets: list[Obj]) -> list[Obj]:
+    """The DaemonSets that run a GPU DRA kubelet plugin: NVIDIA's (by its image, `is_dra_plugin`) or gpuchain's."""
+    return [d for d in daemonsets if is_dra_plugin(d) or name_of(d) == GPUCHAIN_DRA_DS]
+
+
 def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> Finding | None:
     """A pod with ResourceClaims the scheduler cannot allocate: no GPU device published for DRA on any node (the
     DRA driver's publishing link), or every published device tainted (the claims need a toleration)."""
@@ -374,8 +379,7 @@ def _claims(ctx: Context, pod: Obj, msg: str, chains: dict[str, NodeChain]) -> F
     if not published:
         if any(c.broken_link in ("driver", "toolkit", "device-plugin") for c in chains.values()):
             return None  # the walk's roots on the GPU nodes explain why nothing is published
-        plugins = [d for d in ctx.snapshot.daemonsets if is_dra_plugin(d) or name_of(d) == GPUCHAIN_DRA_DS]
-        if plugins:
+        if dra_plugin_daemonsets(ctx.snapshot.daemonsets):
             return None  # a DRA plugin runs: its pods are walked on each node
         action, fix = install_dra(ctx)
         return Finding(
