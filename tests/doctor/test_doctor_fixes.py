@@ -463,6 +463,22 @@ def test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behi
     assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
 
 
+def test_a_failing_cuda_validation_past_a_passed_toolkit_validation_is_the_driver_not_the_toolkit() -> None:
+    """The validator's cuda-validation runs after toolkit-validation has run nvidia-smi in a container the toolkit
+    set up (assets/state-operator-validation/0500_daemonset.yaml: driver, toolkit, cuda, plugin, in that order), so
+    its CUDA sample failing, in words no catalog entry knows, is past the toolkit: the driver's side of CUDA."""
+    unknown = {"terminated": {"reason": "Error", "exitCode": 1, "message": "vectorAdd: an error nobody has seen yet"}}
+    report = diagnosed(
+        "name: x\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b}\n",
+        _failing("nvidia-operator-validator", "b", init="cuda-validation", lastState=unknown),
+    )
+    found = next(f for f in report.findings if f.root)
+    assert (found.id, found.link, found.node) == ("driver.validation-failed", "driver", "b")
+    assert "cuda-validation" in found.evidence[0]
+    assert "Fabric Manager" in found.fix and "kernel packages" not in found.fix and "delete pod" in found.fix
+    assert [f.node for f in report.findings if f.severity is Severity.ERROR] == ["b"]
+
+
 def test_an_operand_the_runtime_hook_refuses_to_start_is_the_toolkit_not_the_operand() -> None:
     """The plugin's own container, refused by the NVIDIA runtime hook: containerd's CRI ends a task the OCI
     runtime could not create in terminated StartError, exit 128, with runc's words (containerd

@@ -116,6 +116,7 @@ CLUSTER_TESTS = {
     "exporter.stale": "test_a_stopped_collection_collects_again_in_a_new_exporter_pod",
     "exporter.gpu-down": "test_a_gpu_that_stopped_answering_the_exporter_is_reset",
     "toolkit.validation-failed": "test_a_failing_toolkit_validation_is_the_toolkit_not_the_plugin_waiting_behind_it",
+    "driver.validation-failed": "test_a_failing_cuda_validation_past_a_passed_toolkit_validation_is_the_driver_not_the_toolkit",
     "driver.not-validated": "test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link",
     "toolkit.not-validated": "test_operands_waiting_behind_a_validation_the_validator_never_completes_name_that_link",
     "operand.not-created": "test_a_daemonset_whose_pods_the_api_refuses_gets_the_namespace_it_may_create_them_in",

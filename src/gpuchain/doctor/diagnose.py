@@ -199,9 +199,15 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
             # A failure this link's own check does not see: a validation of it that fails, or a
             # message that proves it broken in another link's pod (the catalog).
             early = failure_at(ctx, view=view, link=name, found=witnessed)
-            if early is not None and early.id == "toolkit.validation-failed" and view.pod(DEVICE_PLUGIN) is not None:
-                # A validation that fails with no message the catalog knows, on a node whose MIG state stops
-                # the GPUs' users: the CUDA workload fails for want of a MIG layout, not for the runtime.
+            if (
+                early is not None
+                and early.id in VALIDATION_FAILED
+                and view.pod(DEVICE_PLUGIN) is not None
+                and not any(f.init and f.container == "driver-validation" for f in witnessed)
+            ):
+                # A validation past the driver's own (nvidia-smi, which MIG mode does not stop) that fails with no
+                # message the catalog knows, on a node whose MIG state stops the GPUs' users: the CUDA workload
+                # fails for want of a MIG layout, not for the runtime or the driver.
                 early = mig_root(ctx, view, found=found) or early
             if early is None and result.state is LinkState.OK:
                 # Operands waiting (not failing) behind this link's validation, which the validator never completes.
@@ -503,6 +509,9 @@ def _version_skew(ctx: Context) -> list[Finding]:
     ]
 
 
+#: A validation's failure that no catalog entry explains (`evidence.failure_at`), of the links whose validations run
+#: a GPU's user: the toolkit's nvidia-smi in a runtime-made container, the CUDA sample (`structs.VALIDATIONS`).
+VALIDATION_FAILED = frozenset({"toolkit.validation-failed", "driver.validation-failed"})
 #: The links whose fault takes GPUs away from the scheduler (the node itself, the foundation, MIG's layout).
 OFFERS_GPUS = frozenset({"node", *FOUNDATION, "mig"})
 #: Faults of those links that take no GPU away: the node still offers all its GPUs (pods that requested none use

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
+from gpuchain.doctor.fabric_logs import CUDA_VALIDATION
 from gpuchain.doctor.leftover_runtime import leftover_runtime
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
@@ -564,7 +565,8 @@ def _fix(
         line = catalog.unknown_error(failure.text) or ""
         # A container the runtime refused never ran: what it has is the runtime's message, not a line of its own.
         refused = next(iter(failure.text.splitlines()), "") if _refusal(failure.reason) and not line else ""
-        step = next_step(ctx, link=link, line=line, refused=refused, node=view.name)
+        cuda = failure.init and failure.container == CUDA_VALIDATION
+        step = next_step(ctx, link=link, line=line, refused=refused, node=view.name, cuda=cuda)
         return None, f"# {step}; then run the validation again: {ctx.stack.render(rerun_it)}"
     return action, ctx.stack.render(action)
 

@@ -33,7 +33,15 @@ def silent_fix(ctx: Context, *, link: str, read: str, what: str, target: str, ag
 
 
 def next_step(
-    ctx: Context, *, link: str, line: str, refused: str = "", last: str = "", image: str = "", node: str = ""
+    ctx: Context,
+    *,
+    link: str,
+    line: str,
+    refused: str = "",
+    last: str = "",
+    image: str = "",
+    node: str = "",
+    cuda: bool = False,
 ) -> str:
     """What a person does next for a failure of ``link`` whose message (``line``, "" when the pod left
     none at error level; ``refused``, the container runtime's refusal of a container that never started; ``last``,
@@ -43,7 +51,9 @@ def next_step(
     NVIDIA component the link's step names (a DRA driver's kubelet plugin on the device plugin's link, a vendor's
     own build), the release to move is that image's own. Where the message has a shape `shapes.shaped` knows (on
     ``node``, the failing pod's), the repair of that shape for the object it names comes first and the link's step
-    is what to do otherwise: the step was written for no line in particular, the shape for this one."""
+    is what to do otherwise: the step was written for no line in particular, the shape for this one. ``cuda``: the
+    failure is the validator's CUDA sample's, past a driver that answers nvidia-smi and a toolkit that set its
+    container up (`structs.VALIDATIONS`), so the driver's step is what lets CUDA run, not the module's build."""
     said = (
         f"the container runtime refused to start it: {refused!r}, which is not in gpuchain's catalog"
         if refused
@@ -85,6 +95,15 @@ def next_step(
         steps[link] = (
             f"move {name} (the image runs {tag}) to {newest}, whose fixes may include this line's (the image tag in "
             "the chart or DaemonSet that renders it)"
+        )
+    if cuda:
+        # What stops CUDA past a working nvidia-smi on an NVSwitch system is its Fabric Manager (the driver
+        # container starts it where the policy runs the driver; the nvidia-fabricmanager service of the driver's
+        # exact release on a host driver), elsewhere a driver older than the sample's CUDA.
+        steps["driver"] = (
+            "on an NVSwitch system (HGX, DGX) start the Fabric Manager of the driver's exact release (the "
+            "nvidia-fabricmanager service on a host driver; the driver container runs it where the operator installs "
+            "the driver), else move the driver to a branch that supports the validator's CUDA release"
         )
     step = steps.get(link, "correct what the line names on the node")
     found = shape_of(ctx, link=link, said=(line, refused, last), node=node)

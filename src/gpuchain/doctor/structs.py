@@ -66,10 +66,13 @@ class Snapshot:
 #: The validations NVIDIA's validator runs as init containers (gpu-operator's
 #: assets/state-operator-validation, cmd/nvidia-validator): the init container's name -> the link
 #: it proves. Operand pods carry the same names as init containers that only wait for the ready file.
+#: ``cuda-validation`` runs after ``toolkit-validation`` has run nvidia-smi in a container the toolkit set up
+#: (the init containers' order in 0500_daemonset.yaml), so what its vectorAdd sample fails at is past the toolkit:
+#: the driver's side of CUDA (a fabric manager, a driver too old for the sample, missing kernel modules).
 VALIDATIONS = {
     "driver-validation": "driver",
     "toolkit-validation": "toolkit",
-    "cuda-validation": "toolkit",
+    "cuda-validation": "driver",
     "plugin-validation": "device-plugin",
     "mofed-validation": "driver",
 }

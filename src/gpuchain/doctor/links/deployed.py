@@ -382,14 +382,12 @@ def _operator_reason(
     catalog entry's cause and fix (where it says NFD's labels are missing, the repair NFD's own pods name); a line
     no entry knows is quoted as unrecognised, and the operator is run again."""
     if said.match is None:
-        cause = (
-            f"{where} does not exist although the policy enables it, so the {link} link is missing on every node; the "
-            + (
-                "operator says why (its log or its ClusterPolicy's status) in words gpuchain's catalog does not know "
-                "(quoted as unrecognised)."
-                if said.unknown
-                else "operator is not reconciling (stopped, or failing) and its ClusterPolicy's status names no cause."
-            )
+        cause = f"{_missing(ctx, where)}, so the {link} link is missing on every node; the " + (
+            "operator says why (its log or its ClusterPolicy's status) in words gpuchain's catalog does not know "
+            "(quoted as unrecognised)."
+            if said.unknown
+            else "operator is not reconciling (stopped, failing, or given no ClusterPolicy) and says no cause "
+            "(its log, or its ClusterPolicy's status)."
         )
         return cause, restart[0], restart[1], list(said.evidence)
     entry = said.match.entry
@@ -401,6 +399,17 @@ def _operator_reason(
     if unserved is not None:
         return f"{where} does not exist: {unserved.cause}", unserved.fix, None, [*said.evidence, *unserved.evidence]
     return cause, "# " + entry.repair(view.name, namespace=ctx.namespace), None, list(said.evidence)
+
+
+def _missing(ctx: Context, where: str) -> str:
+    """How a missing operand DaemonSet is known to be wanted: the policy enables it, or (with no ClusterPolicy to
+    read) the operator has deployed no operand at all while the node announces no GPU (`_halted`)."""
+    if ctx.policy_unknown:
+        return (
+            f"{where} does not exist, nor does any other operand DaemonSet of the operator, while this GPU node "
+            f"announces no GPU ({NO_POLICY} to say what it enables)"
+        )
+    return f"{where} does not exist although the policy enables it"
 
 
 def _operator_pod(name: str) -> bool:
@@ -559,16 +568,21 @@ def _nothing_deployed(ctx: Context) -> bool:
     return bool(ctx.memo["nothing_deployed"])
 
 
-def _halted(ctx: Context, operator: Obj | None) -> bool:
-    """Where the source has no ClusterPolicy: has the running operator deployed no operand at all while its log names
-    the step it fails at (a catalog entry of the operator's)? Its reconcile then stops at that step before any
-    operand: the controller returns the step's error and requeues, never reaching the states after it
-    (NVIDIA/gpu-operator controllers/clusterpolicy_controller.go@v1.11.1 Reconcile, ``step()``), so whatever the
-    policy enables, a missing operand is the operator's doing."""
+def _halted(ctx: Context, operator: Obj | None, view: NodeView) -> bool:
+    """Where the source has no ClusterPolicy: has the running operator deployed no operand at all, while its log
+    names the step it fails at (a catalog entry of the operator's) or this GPU node offers no GPU? Its reconcile then
+    stops before any operand: the controller returns a step's error and requeues, never reaching the states after it
+    (NVIDIA/gpu-operator controllers/clusterpolicy_controller.go@v1.11.1 Reconcile, ``step()``), or it has no
+    ClusterPolicy to reconcile; so whatever the policy enables, a missing operand is the operator's doing. The node's
+    own capacity is the state-only half: a policy that switched every operand off is one whose nodes' GPUs something
+    else announces, and a GPU node that announces none while the operator has deployed nothing is waiting on it,
+    whatever words (known to the catalog or not) its log holds."""
     if operator is None or not _nothing_deployed(ctx):
         return False
     said = said_by_operator(ctx)
-    return said is not None and said.match is not None
+    if said is not None and said.match is not None:
+        return True
+    return pod_state(operator).ready and not any(n > 0 for n in node_gpu_resources(view.node).values())
 
 
 def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) -> Result | None:
@@ -589,7 +603,7 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
     if operator is not None and not pod_state(operator).ready:
         # Whatever the policy enables, an operator that does not run has deployed nothing.
         return _operator_down(ctx, view, operator, name, link)
-    if ds is None and ctx.policy_unknown and not _halted(ctx, operator):
+    if ds is None and ctx.policy_unknown and not _halted(ctx, operator, view):
         return dra_served(ctx, view, operand) or Result(
             LinkState.NOT_JUDGED,
             f"not judged: no {name} DaemonSet, and {NO_POLICY} to say whether spec.{operand.spec_key}.enabled",
@@ -603,8 +617,8 @@ def unscheduled(ctx: Context, *, view: NodeView, operand: Operand, link: str) ->
             f"{where} does not exist, so no {link} runs on this node: on {ctx.stack.title} no operator makes it, it "
             "is deployed with the cluster and was removed or never came."
             if install
-            else f"{where} does not exist although the policy enables it, so the {link} link is missing on every "
-            "node: the operator is not reconciling (stopped, or failing)."
+            else f"{_missing(ctx, where)}, so the {link} link is missing on every node: the operator is not "
+            "reconciling (stopped, failing, or given no ClusterPolicy)."
         )
         said = None if install or operator is None else said_by_operator(ctx)
         if said is not None:
