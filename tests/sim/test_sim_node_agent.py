@@ -9,7 +9,7 @@ import pytest
 from gpuchain.common.inputfile import ConfigFileError
 from gpuchain.kube import DAEMONSET, EVENT, NODE, POD
 from gpuchain.kube.kinds import CLUSTER_POLICY
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.objects import READY_TO_START, Obj, name_of
 from gpuchain.operator.operands import NODE_AGENT
 from gpuchain.sim import build, load_scenario, parse_scenario
 from gpuchain.sim.shapes import RUNTIME_ERROR
@@ -64,11 +64,16 @@ def test_a_node_without_a_driver_holds_the_agent_in_driver_validation() -> None:
     assert states(pod)[:2] == [("driver-validation", "running"), ("toolkit-validation", "waiting")]
 
 
-def test_a_runtime_without_the_nvidia_handler_leaves_the_agent_creating_with_the_kubelets_event() -> None:
+def test_a_runtime_without_the_nvidia_handler_leaves_the_agent_without_a_sandbox_with_the_kubelets_event() -> None:
+    """No sandbox: the kubelet's default waiting reason (PodInitializing, the agent having init containers) and
+    PodReadyToStartContainers False (kubernetes pkg/kubelet/kubelet_pods.go, status/generate.go@v1.34.4)."""
     sim = build(parse_scenario(AGENT + "- name: plain\n  runtimeConfigured: false\n"))
     pod = agent_pods(sim.cluster.list(POD))["plain"]
     assert ("node-agent", "waiting") in states(pod)
-    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    assert {"type": READY_TO_START, "status": "False"}.items() <= next(
+        c for c in pod["status"]["conditions"] if c["type"] == READY_TO_START
+    ).items()
     said = [e["message"] for e in sim.cluster.list(EVENT) if e["involvedObject"]["name"] == name_of(pod)]
     assert any(RUNTIME_ERROR in m for m in said)
 

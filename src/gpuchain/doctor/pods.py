@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from gpuchain.common.remember import remembered
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import READY_TO_START, Obj
 
 #: Waiting reasons that mean a container is failing, not just starting (the kubelet's and the CRI's
 #: words: kubernetes pkg/kubelet/images and kuberuntime, containerd's StartError for a task the OCI
@@ -255,4 +255,20 @@ def unschedulable_message(pod: Obj) -> str | None:
             and cond.get("reason") == "Unschedulable"
         ):
             return str(cond.get("message", ""))
+    return None
+
+
+def sandbox_created(pod: Obj) -> bool | None:
+    """Has the runtime created ``pod``'s sandbox: False where the kubelet's PodReadyToStartContainers condition says
+    not; True where it says so, or a container of the pod has run (none runs outside a sandbox); None where neither
+    says (a kubelet before 1.29 shows a pod without a sandbox only as its containers' default waiting reasons,
+    ContainerCreating, or PodInitializing for a pod with init containers: pkg/kubelet/kubelet_pods.go
+    convertToAPIContainerStatuses@v1.34.4, the same as while images are pulled)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == READY_TO_START:
+            return bool(cond.get("status") == "True")
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in _statuses(pod, key):
+            if "waiting" not in (cs.get("state") or {"waiting": {}}) or cs.get("lastState") or cs.get("restartCount"):
+                return True
     return None

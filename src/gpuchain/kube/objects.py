@@ -21,6 +21,11 @@ T = TypeVar("T")
 #: Metadata the server owns; never part of an applied object's intent.
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
 
+#: The kubelet's pod condition that says whether the runtime created the pod's sandbox (kubernetes
+#: pkg/kubelet/status/generate.go@v1.34.4 GeneratePodReadyToStartContainersCondition; on by default from 1.29,
+#: gate PodReadyToStartContainersCondition): False while the pod has none.
+READY_TO_START = "PodReadyToStartContainers"
+
 #: Lists a strategic merge patch merges element by element, by path from the object root, with the
 #: field that identifies an element. The real API takes these from the built-in types'
 #: ``patchMergeKey`` tags; this is the subset gpuchain writes (Node and Pod conditions merge on type).

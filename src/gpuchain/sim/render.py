@@ -56,14 +56,15 @@ def _operand_pod(ds: Obj, plan: NodePlan, operand: Operand, log: str, name: str)
     state = plan.state_of(operand)
     ip = "10.0.0.1"
     needs_runtime = spec.get("runtimeClassName") is not None
-    if state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
+    if needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
+        # No sandbox, so no init container runs either, whatever ready file it would wait for.
+        status = no_sandbox(inits, mains=mains, ip=ip)
+    elif state == chain.BLOCKED or (operand is VALIDATOR and plan.driver not in (chain.OK, chain.HOST)):
         # Init:0/N - the first init container waits for a ready file that never comes.
         status = init_waiting(0, inits=inits, mains=mains, ip=ip)
     elif operand is VALIDATOR and plan.toolkit in (chain.SOCKET_MISSING, chain.IMAGE_MISSING):
         # driver validated; toolkit-validation waits for the toolkit's ready file.
         status = init_waiting(1, inits=inits, mains=mains, ip=ip)
-    elif needs_runtime and plan.toolkit == chain.RUNTIME_MISSING:
-        status = no_sandbox(inits, mains=mains, ip=ip)
     elif state == chain.IMAGE_MISSING:
         # The kubelet cannot pull the image (containerd answers NotFound): ImagePullBackOff.
         pulling = waiting_container(

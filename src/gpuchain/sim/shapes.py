@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import READY_TO_START, Obj
 
 RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
 
@@ -129,14 +129,19 @@ def init_waiting(done: int, *, inits: list[str], mains: list[str], ip: str) -> d
 
 
 def no_sandbox(inits: list[str], *, mains: list[str], ip: str) -> dict[str, Any]:
-    """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so
-    ContainerCreating (the kubelet's FailedCreatePodSandBox Event says why)."""
-    return pod_status(
+    """A pod of the nvidia RuntimeClass on a node whose runtime lacks that handler: no sandbox, so every container
+    keeps the kubelet's default waiting reason, PodInitializing where the pod has init containers, else
+    ContainerCreating (kubernetes pkg/kubelet/kubelet_pods.go@v1.34.4 convertToAPIContainerStatuses), and
+    PodReadyToStartContainers is False (the kubelet's FailedCreatePodSandBox Event says why)."""
+    default = "PodInitializing" if inits else "ContainerCreating"
+    status = pod_status(
         "Pending",
-        inits=[waiting_container(n, reason="PodInitializing") for n in inits],
-        mains=[waiting_container(n, reason="ContainerCreating") for n in mains],
+        inits=[waiting_container(n, reason=default) for n in inits],
+        mains=[waiting_container(n, reason=default) for n in mains],
         node_ip=ip,
     )
+    status["conditions"].append({"type": READY_TO_START, "status": "False", "reason": "PodSandboxNotReady"})
+    return status
 
 
 def unschedulable(message: str) -> dict[str, Any]:

@@ -29,8 +29,10 @@ import yaml
 
 from gpuchain.doctor.diagnose import run_doctor
 from gpuchain.doctor.model import Finding, Report, Severity
-from gpuchain.kube import DAEMONSET, NODE, POD, KubeError, MemoryCluster
-from gpuchain.kube.objects import Obj
+from gpuchain.doctor.pods import sandbox_created
+from gpuchain.doctor.releases import version_of
+from gpuchain.kube import DAEMONSET, EVENT, NODE, POD, KubeError, MemoryCluster
+from gpuchain.kube.objects import READY_TO_START, Obj
 from gpuchain.sim import build, parse_scenario
 
 HERE = Path(__file__).parent
@@ -393,6 +395,58 @@ def _ready(pod: Obj) -> bool:
     return all(cs.get("ready") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
+#: The kubelet's FailedCreatePodSandBox Event (kubernetes pkg/kubelet/events/event.go@v1.34.4).
+SANDBOX_FAILED = "FailedCreatePodSandBox"
+#: The first Kubernetes release whose kubelet writes PodReadyToStartContainers by default (the gate's beta, 1.29).
+READY_TO_START_SINCE = (1, 29)
+
+
+def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
+    """Each pod's conditions as the kubelet derives them from its containers' states (kubernetes
+    pkg/kubelet/status/generate.go@v1.34.4: Initialized once every init container has exited 0 or, a restartable
+    sidecar, started; ContainersReady and Ready once every container is ready), after a case's edits set those
+    states: an edit writes containers, and the kubelet's conditions follow them. A pod that a FailedCreatePodSandBox
+    Event names and none of whose containers has started has no sandbox, which a kubelet of 1.29 or later says as
+    PodReadyToStartContainers False; an older kubelet writes no such condition. Pods with no container status
+    (never bound) keep theirs."""
+    sandboxless = {
+        (str((ev.get("involvedObject") or {}).get("namespace")), str((ev.get("involvedObject") or {}).get("name")))
+        for ev in cluster.list(EVENT)
+        if ev.get("reason") == SANDBOX_FAILED
+    }
+    kubelets = {
+        n["metadata"]["name"]: version_of(str(n["status"].get("nodeInfo", {}).get("kubeletVersion", "")).lstrip("v"))
+        for n in cluster.list(NODE)
+    }
+    for pod in cluster.list(POD):
+        status = pod.get("status") or {}
+        mains = status.get("containerStatuses") or []
+        if not mains:
+            continue
+        sidecars = {c["name"] for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+        initialized = all(
+            ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+            or (cs.get("name") in sidecars and "running" in (cs.get("state") or {}))
+            for cs in status.get("initContainerStatuses") or []
+        )
+        ready = status.get("phase") == "Running" and all(cs.get("ready") for cs in mains)
+        said = {"Initialized": initialized, "ContainersReady": ready, "Ready": ready}
+        meta = pod["metadata"]
+        kubelet = kubelets.get(pod["spec"].get("nodeName", "")) or (0,)
+        if (
+            (meta["namespace"], meta["name"]) in sandboxless
+            and sandbox_created(pod) is None
+            and kubelet >= READY_TO_START_SINCE
+        ):
+            said[READY_TO_START] = False
+        # A kubelet before 1.29 writes no such condition (its gate was off by default).
+        dropped = {READY_TO_START} if kubelet < READY_TO_START_SINCE else set()
+        kept = [c for c in status.get("conditions") or [] if c.get("type") not in {*said, *dropped}]
+        conditions = kept + [{"type": t, "status": "True" if v else "False"} for t, v in said.items()]
+        if conditions != status.get("conditions"):
+            cluster.patch_status(POD, name=meta["name"], status={"conditions": conditions}, namespace=meta["namespace"])
+
+
 def load(path: Path, apply: Callable[[MemoryCluster, dict[str, Any]], None] = _apply) -> Case:
     """A held-out file built: its ``base`` scenario, then each edit through ``apply`` (a later set passes
     its own, which adds edit kinds and hands the rest to this one)."""
@@ -402,6 +456,7 @@ def load(path: Path, apply: Callable[[MemoryCluster, dict[str, Any]], None] = _a
     sim = build(parse_scenario(yaml.safe_dump(base), str(path)))
     for edit in doc.get("edits") or []:
         apply(sim.cluster, edit)
+    as_the_kubelet_writes(sim.cluster)
     exps = doc["expect"] if isinstance(doc["expect"], list) else [doc["expect"]]
     expects = [
         Expect(

@@ -21,10 +21,10 @@ from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.links.toolkit_torn_down import torn_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import NVIDIA_HANDLER, distribution_of, node_info, runtime_scheme, runtime_setup
-from gpuchain.doctor.pods import PodState, init_done, pod_state
+from gpuchain.doctor.pods import PodState, init_done, pod_state, sandbox_created
 from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import READY_TO_START, Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
 
 
@@ -40,14 +40,31 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
+    # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
+    witness = next(
+        (p for p in (*view.pods, *view.workloads) if not _runtime_class(p) and sandbox_created(p)),
+        None,
+    )
     for pod in view.pods:
+        rc = _runtime_class(pod)
+        if not rc:
+            continue
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         creating = any(
             ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
         )
-        if creating and (pod.get("spec") or {}).get("runtimeClassName"):
-            lines.append(f"pod {pod['metadata']['name']} (runtimeClassName nvidia) stuck in ContainerCreating")
+        if witness is not None and sandbox_created(pod) is False:
+            lines.append(
+                f"pod {name_of(pod)} (runtimeClassName {rc}) has no sandbox ({READY_TO_START}=False), while pod "
+                f"{name_of(witness)} of the default runtime has one"
+            )
+        elif creating:
+            lines.append(f"pod {name_of(pod)} (runtimeClassName {rc}) stuck in ContainerCreating")
     return lines[:3], None
+
+
+def _runtime_class(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("runtimeClassName") or "")
 
 
 def check_toolkit(ctx: Context, view: NodeView) -> Result:

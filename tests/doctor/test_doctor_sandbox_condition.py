@@ -1,0 +1,84 @@
+"""Pods of the nvidia RuntimeClass without a sandbox, read from the kubelet's pod condition where the Events that
+said why are gone (the API server keeps Events for an hour, kube-apiserver --event-ttl, so a dump of an older
+incident has none).
+
+A kubelet of 1.29 or later writes PodReadyToStartContainers False until the runtime has created the pod's sandbox
+(kubernetes pkg/kubelet/status/generate.go@v1.34.4); the containers themselves only show the kubelet's default
+waiting reasons (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses@v1.34.4: ContainerCreating, or
+PodInitializing for a pod with init containers). Where pods of the default runtime on the same node have their
+sandboxes, the runtime creates sandboxes and only its nvidia handler does not: the toolkit link.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from doctor.small_cluster import built
+
+from gpuchain.doctor import Severity
+from gpuchain.doctor.diagnose import diagnose
+from gpuchain.doctor.dump import read_dump, write_dump
+from gpuchain.doctor.model import Report
+from gpuchain.doctor.pods import sandbox_created
+from gpuchain.kube import EVENT, POD
+from gpuchain.kube.objects import READY_TO_START, Obj, name_of, namespace_of
+from gpuchain.sim.build import SimCluster
+
+#: Node b's runtime has no nvidia handler (the simulator renders its RuntimeClass pods without a sandbox).
+UNWIRED = "name: unwired\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b, runtimeConfigured: false}\n"
+
+
+def _events_expired(sim: SimCluster) -> None:
+    """Every Event gone, as the API server drops them after their TTL (the simulator's kubelet, of 1.36, writes
+    PodReadyToStartContainers False on the pods without a sandbox)."""
+    for ev in sim.cluster.list(EVENT):
+        sim.cluster.delete(EVENT, name=name_of(ev), namespace=namespace_of(ev))
+
+
+def _from_kubectl_dump(sim: SimCluster, where: Path) -> Report:
+    write_dump(sim.cluster, where, extras=False)
+    return diagnose(read_dump(where))
+
+
+def _errors(report: Report) -> list[tuple[str, str | None, str]]:
+    return [(f.id, f.node, f.link) for f in report.findings if f.severity is Severity.ERROR and f.root]
+
+
+def test_nvidia_pods_without_a_sandbox_beside_runc_pods_with_one_are_the_runtime_handler(tmp_path: Path) -> None:
+    sim = built(UNWIRED, _events_expired)
+    plugin = next(
+        p
+        for p in sim.cluster.list(POD)
+        if p["spec"].get("nodeName") == "b" and name_of(p).startswith("nvidia-device-plugin-daemonset-")
+    )
+    assert sandbox_created(plugin) is False
+    assert {cs["state"]["waiting"]["reason"] for cs in plugin["status"]["containerStatuses"]} == {"PodInitializing"}
+    report = _from_kubectl_dump(sim, tmp_path)
+    assert _errors(report) == [("toolkit.runtime-not-configured", "b", "toolkit")]
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert any(f"({READY_TO_START}=False), while pod nvidia-container-toolkit-daemonset-" in e for e in root.evidence)
+
+
+def test_without_a_pod_that_has_its_sandbox_the_condition_alone_names_no_handler(tmp_path: Path) -> None:
+    def no_witness(sim: SimCluster) -> None:
+        _events_expired(sim)
+        for pod in sim.cluster.list(POD):
+            if pod["spec"].get("nodeName") == "b" and not pod["spec"].get("runtimeClassName"):
+                sim.cluster.delete(POD, name=name_of(pod), namespace=namespace_of(pod))
+
+    report = _from_kubectl_dump(built(UNWIRED, no_witness), tmp_path)
+    assert ("toolkit.runtime-not-configured", "b", "toolkit") not in _errors(report)
+
+
+def _pod(conditions: list[Obj], *statuses: Obj) -> Obj:
+    return {"status": {"conditions": conditions, "containerStatuses": list(statuses)}}
+
+
+def test_a_sandbox_is_read_from_the_condition_else_from_a_container_that_ran() -> None:
+    waiting = {"name": "c", "state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 0}
+    running = {"name": "c", "state": {"running": {}}, "restartCount": 0}
+    assert sandbox_created(_pod([{"type": READY_TO_START, "status": "False"}], running)) is False
+    assert sandbox_created(_pod([{"type": READY_TO_START, "status": "True"}], waiting)) is True
+    assert sandbox_created(_pod([], running)) is True
+    assert sandbox_created(_pod([], {**waiting, "restartCount": 2})) is True
+    assert sandbox_created(_pod([], waiting)) is None
