@@ -54,3 +54,25 @@ def test_a_dump_is_answered_as_the_live_cluster(directory):
 def test_every_listed_case_exists():
     names = {p.stem for d in variants.sets() for p in d.glob("*.yaml")}
     assert set(KUBECTL_DIFFERS) <= names, set(KUBECTL_DIFFERS) - names
+
+
+@pytest.mark.parametrize("variant", sorted(variants.STRIPPED))
+def test_a_stripped_variant_reads_back_a_kubectl_dump_without_its_events_or_logs(variant, monkeypatch):
+    seen = []
+
+    def diagnose(snapshot):
+        seen.append(snapshot)
+        return real(snapshot)
+
+    real = variants.diagnose
+    monkeypatch.setattr(variants, "diagnose", diagnose)
+    path = next(p for p in variants.sets(["heldout4"])[0].glob("h4-13-*.yaml"))
+    case = variants.loader(path.parent)(path)
+    variants.via_dump(case, variant)
+    (snapshot,) = seen
+    assert "clusterpolicies" in snapshot.absent
+    logs = [text for text in snapshot.logs.values() if text.strip()]
+    if variant == "kubectl-noevents":
+        assert not snapshot.events and logs
+    else:
+        assert snapshot.events and not logs

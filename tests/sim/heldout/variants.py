@@ -11,13 +11,21 @@ score:
   (kubernetes staging/src/k8s.io/kubectl/pkg/cmd/clusterinfo/clusterinfo_dump.go: nodes, and per namespace events,
   replication controllers, services, DaemonSets, Deployments, ReplicaSets, pods, and every pod's current log).
 
-``python -m sim.heldout.variants [SET ...]`` (from tests/, SET as ``heldout12``) prints each variant's totals beside the
-live ones and every case whose answer a variant changes.
+Two more, measured on demand (``--also``), not pinned by a test: kubectl's dump as a ticket often has it, weaker
+than the cluster was:
+
+- ``kubectl-noevents``: every Event gone (the API server keeps them an hour, kube-apiserver ``--event-ttl``, so a dump
+  of an older incident has none); what the doctor then knows of the pods is their status alone;
+- ``kubectl-nologs``: every log empty (what rests on log text, and what the pods' and DaemonSets' states carry).
+
+``python -m sim.heldout.variants [--also kubectl-noevents,kubectl-nologs] [SET ...]`` (from tests/, SET as
+``heldout12``) prints each variant's totals beside the live ones and every case whose answer a variant changes.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -32,12 +40,22 @@ from gpuchain.doctor.dump import read_dump, write_dump
 SIM = base.HERE.parent
 #: Variant -> whether its dump carries gpuchain's extras.
 VARIANTS = {"gpuchain": True, "kubectl": False}
+#: Variants measured on demand: kubectl's dump with the files of one kind emptied (the glob, and what an empty one
+#: holds).
+STRIPPED = {
+    "kubectl-noevents": ("events.json", lambda text: json.dumps({**json.loads(text), "items": []})),
+    "kubectl-nologs": ("logs*.txt", lambda text: ""),
+}
 
 
 def via_dump(case: base.Case, variant: str) -> base.Result:
     """``case`` written as ``variant``'s dump, read back and diagnosed, then scored as the live run is."""
     with tempfile.TemporaryDirectory(prefix="gpuchain-variant-") as where:
-        write_dump(case.cluster, where, extras=VARIANTS[variant])
+        write_dump(case.cluster, where, extras=VARIANTS.get(variant, False))
+        if variant in STRIPPED:
+            glob, empty = STRIPPED[variant]
+            for path in Path(where).rglob(glob):
+                path.write_text(empty(path.read_text()))
         return base.score(case, diagnose(read_dump(where)))
 
 
@@ -117,8 +135,14 @@ def changed(row: Row) -> str | None:
 
 def main(argv: list[str]) -> None:
     """Print every case a variant answers otherwise than live, then the totals."""
+    also: list[str] = []
+    if argv[:1] == ["--also"]:
+        also, argv = argv[1].split(","), argv[2:]
+    unknown = [v for v in also if v not in STRIPPED]
+    if unknown:
+        raise SystemExit(f"--also: no variant {', '.join(unknown)} (there are {', '.join(STRIPPED)})")
     totals = Totals()
-    for row in rows(sets(argv or None)):
+    for row in rows(sets(argv or None), (*VARIANTS, *also)):
         totals.add(row)
         line = changed(row)
         if line:
