@@ -155,8 +155,8 @@ def _validation_inits(pod: dict[str, Any], spec: dict[str, Any]) -> None:
         init["image"] = _image_path(validator)
 
 
-def _driver(tag: str, ds: Obj, pod: dict[str, Any], spec: dict[str, Any]) -> None:
-    """TransformDriver (object_controls.go@<tag>)."""
+def _driver(tag: str, ds: Obj, pod: dict[str, Any], spec: dict[str, Any], kernel: str) -> None:
+    """TransformDriver (object_controls.go@<tag>) for the nodes of one kernel."""
     driver = spec["driver"]
     rdma = driver.get("rdma") or {}
     # transformDriverManagerInitContainer: driver.manager's image, GPU_DIRECT_RDMA_ENABLED / USE_HOST_MOFED, its env.
@@ -170,7 +170,7 @@ def _driver(tag: str, ds: Obj, pod: dict[str, Any], spec: dict[str, Any]) -> Non
     # transformDriverContainer + resolveDriverTag: ImagePath plus "-<os tag>", or, precompiled,
     # repository/image:version-<kernel> plus "-<os tag>"; driver.env on Containers[0].
     precompiled = bool(driver.get("usePrecompiled"))
-    base = f"{driver['repository']}/{driver['image']}:{driver['version']}-{KERNEL}" if precompiled else None
+    base = f"{driver['repository']}/{driver['image']}:{driver['version']}-{kernel}" if precompiled else None
     image = base or _image_path(driver)
     image = image if "sha256:" in image else f"{image}-{OS_TAG}"
     main = _named(pod["containers"], "nvidia-driver-ctr")
@@ -200,7 +200,7 @@ def _driver(tag: str, ds: Obj, pod: dict[str, Any], spec: dict[str, Any]) -> Non
             pod["containers"] = _drop(pod["containers"], sidecar)
     if precompiled:
         # transformPrecompiledDriverDaemonset: name += "-" + getSanitizedKernelVersion + "-" + the OS tag.
-        ds["metadata"]["name"] += f"-{KERNEL}-{OS_TAG}"
+        ds["metadata"]["name"] += f"-{kernel}-{OS_TAG}"
 
 
 def _cdi_on(spec: dict[str, Any]) -> bool:
@@ -322,7 +322,6 @@ def _validator(tag: str, ds: Obj, pod: dict[str, Any], spec: dict[str, Any]) -> 
 
 
 FILLS = {
-    "driver": _driver,
     "container-toolkit": _toolkit,
     "device-plugin": _device_plugin,
     "gpu-feature-discovery": _first_container("gfd", mig=True),
@@ -332,9 +331,9 @@ FILLS = {
 }
 
 
-def _fill(tag: str, state: str, spec: dict[str, Any]) -> Obj | None:
-    """The operand DaemonSet NVIDIA's operator renders for ``spec`` at ``tag``; None for a switched-off operand,
-    whose state the operator skips."""
+def _fill(tag: str, state: str, spec: dict[str, Any], kernel: str = KERNEL) -> Obj | None:
+    """The operand DaemonSet NVIDIA's operator renders for ``spec`` at ``tag`` (the driver's for the nodes of
+    ``kernel``); None for a switched-off operand, whose state the operator skips."""
     if not _on(spec[POLICY_KEYS[state]]):
         return None
     ds = copy.deepcopy(_asset(tag, state))
@@ -342,7 +341,10 @@ def _fill(tag: str, state: str, spec: dict[str, Any]) -> Obj | None:
     pod = ds["spec"]["template"]["spec"]
     if state != "operator-validation":
         _validation_inits(pod, spec)
-    FILLS[state](tag, ds, pod, spec)
+    if state == "driver":
+        _driver(tag, ds, pod, spec, kernel)
+    else:
+        FILLS[state](tag, ds, pod, spec)
     return ds
 
 
@@ -360,8 +362,12 @@ def _policy(tag: str, **changes: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _read(tag: str, spec: dict[str, Any]) -> dict[str, Any]:
-    rendered = [ds for state in STATE_DIRS if (ds := _fill(tag, state, spec)) is not None]
+def _read(tag: str, spec: dict[str, Any], kernels: tuple[str, ...] = (KERNEL,)) -> dict[str, Any]:
+    """infer_policy's spec from the DaemonSets rendered for ``spec``; precompiled drivers get one DaemonSet per
+    kernel of ``kernels`` (precompiledDriverDaemonsets, object_controls.go@<tag>)."""
+    drivers = kernels if spec["driver"].get("usePrecompiled") else (KERNEL,)
+    states = [(state, kernel) for state in STATE_DIRS for kernel in (drivers if state == "driver" else (KERNEL,))]
+    rendered = [ds for state, kernel in states if (ds := _fill(tag, state, spec, kernel)) is not None]
     snapshot = Snapshot(
         namespace="",
         policies=[],
@@ -494,3 +500,12 @@ POLICIES: dict[str, dict[str, dict[str, Any]]] = {
 def test_nvidia_assets_read_back_as_the_policy_that_rendered_them(tag: str, policy: str) -> None:
     spec = _policy(tag, **POLICIES[policy])
     _assert_read_back(tag, spec, _read(tag, spec))
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_precompiled_drivers_on_two_kernels_read_back_as_one_driver_block(tag: str) -> None:
+    """One driver DaemonSet per kernel, each image tagged for its kernel: the branch, repository and image they
+    share are the policy's."""
+    spec = _policy(tag, driver={"usePrecompiled": True, "version": "570"})
+    got = _read(tag, spec, kernels=(KERNEL, "6.8.0-1021-azure"))
+    assert _image_of(got["driver"]) == _image_of(spec["driver"]) and got["driver"]["usePrecompiled"] is True

@@ -11,6 +11,10 @@ block's ``env`` (setContainerEnv); applyMIGConfiguration writes ``MIG_STRATEGY``
 transformToolkitCtrForCDI ``CDI_ENABLED`` on the toolkit from ``cdi.enabled``, transformForRuntime ``RUNTIME`` from
 the runtime it detected, setRuntimeClassName the operands' ``runtimeClassName`` from ``operator.runtimeClass``, and
 TransformValidatorComponent each validator component's ``env`` on its ``<component>-validation`` init container.
+setContainerEnv overwrites an asset's own entry where it stands, so an entry still holding the asset's value
+(`ASSET_ENV`) cannot be told from the policy's and is not read back as it. Each of these was checked against
+NVIDIA's asset files as the operator renders them, at v24.9.2, v25.10.0 and v26.7.0
+(tests/doctor/test_doctor_inferred_policy_assets.py).
 
 Only what a DaemonSet shows is read back: the upgrade policy, a config map's name that no volume shows, the
 manager's settings and the policy's name stay unknown (`UNREAD`).
@@ -212,6 +216,13 @@ def driver_version(tag: str, precompiled: bool) -> str:
     return _OS_SUFFIX.sub("", tag)
 
 
+def _policy_image(image: str, driver: bool, precompiled: bool) -> tuple[str, str, str]:
+    """The block's ``repository``, ``image`` and ``version`` an operand's image was rendered from (a driver's tag
+    less what the operator appended to its version, `driver_version`)."""
+    repository, name, tag = split_image(image)
+    return repository, name, driver_version(tag, precompiled) if driver else tag
+
+
 def _pod_spec(ds: Obj) -> dict[str, Any]:
     return ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
 
@@ -278,15 +289,18 @@ def infer_policy(
             read.append(f"driver.useNvidiaDriverCRD=true ({names})")
             continue
         mains = [c for d in found if (c := _container(d, containers.get(state, ""))) is not None]
-        images = {str(c.get("image") or "") for c in mains}
-        if len(images) == 1 and (image := images.pop()):
-            repository, name, tag = split_image(image)
-            precompiled = state == "driver" and any(name_of(d).startswith(daemonsets[state] + "-") for d in found)
-            version = driver_version(tag, precompiled) if state == "driver" else tag
+        images = sorted({str(c.get("image") or "") for c in mains})
+        precompiled = state == "driver" and any(name_of(d).startswith(daemonsets[state] + "-") for d in found)
+        # Precompiled drivers run one DaemonSet per kernel, each image tagged <branch>-<kernel>-<os>
+        # (transformPrecompiledDriverDaemonset, resolveDriverTag in controllers/object_controls.go@v25.10.0): they
+        # agree on all but the kernel, so the policy's fields are read where every image gives the same ones.
+        parts = {_policy_image(image, state == "driver", precompiled) for image in images}
+        if len(parts) == 1 and all(images):
+            repository, name, version = parts.pop()
             block.update({k: v for k, v in (("repository", repository), ("image", name), ("version", version)) if v})
             if precompiled:
                 block["usePrecompiled"] = True
-            read.append(f"{key} image {image}: version {version}")
+            read.append(f"{key} image {', '.join(images)}: version {version}")
         if state == "driver":
             _kernel_modules(block, mains, read)
         if state == "driver" and len(found) == 1:
