@@ -84,6 +84,8 @@ CHART_KERNEL_MODULES: dict[str, dict[str, Any]] = {
 #: and OS labels (kernelFullVersion, object_controls.go@<tag>).
 KERNEL = "5.15.0-1041-azure"
 OS_TAG = "ubuntu22.04"
+#: DefaultDriverInstallDir (object_controls.go@v25.10.0).
+DEFAULT_INSTALL_DIR = "/run/nvidia/driver"
 #: The runtime the operator detected on the nodes (transformForRuntime's ``runtime``).
 RUNTIME = "containerd"
 
@@ -140,6 +142,25 @@ def _named(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 def _drop(containers: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [c for c in containers if c["name"] != name]
+
+
+def _common(pod: dict[str, Any], spec: dict[str, Any]) -> None:
+    """What the operator applies to every operand before its own transform (object_controls.go@v25.10.0, the
+    daemonset preprocessing): applyCommonDaemonsetConfig's ``daemonsets.tolerations``, where set, in place of the
+    asset's; transformForDriverInstallDir's ``hostPaths.driverInstallDir`` on the ``driver-install-dir`` volume and
+    the driver-validation init container, where not the default."""
+    tolerations = (spec.get("daemonsets") or {}).get("tolerations")
+    if tolerations:
+        pod["tolerations"] = copy.deepcopy(tolerations)
+    install_dir = (spec.get("hostPaths") or {}).get("driverInstallDir") or DEFAULT_INSTALL_DIR
+    volume = next((v for v in pod.get("volumes") or [] if v["name"] == "driver-install-dir"), None)
+    if install_dir == DEFAULT_INSTALL_DIR or volume is None:
+        return
+    volume["hostPath"]["path"] = install_dir
+    for init in pod.get("initContainers") or []:
+        if init["name"] == "driver-validation":
+            _set_env(init, "DRIVER_INSTALL_DIR", install_dir)
+            _set_env(init, "DRIVER_INSTALL_DIR_CTR_PATH", install_dir)
 
 
 def _validation_inits(pod: dict[str, Any], spec: dict[str, Any]) -> None:
@@ -339,6 +360,7 @@ def _fill(tag: str, state: str, spec: dict[str, Any], kernel: str = KERNEL) -> O
     ds = copy.deepcopy(_asset(tag, state))
     ds["metadata"]["namespace"] = NAMESPACE
     pod = ds["spec"]["template"]["spec"]
+    _common(pod, spec)
     if state != "operator-validation":
         _validation_inits(pod, spec)
     if state == "driver":
@@ -457,6 +479,10 @@ def _assert_read_back(tag: str, spec: dict[str, Any], got: dict[str, Any]) -> No
         assert got["mig"] == {"strategy": spec["mig"]["strategy"]}
     if _on(spec["devicePlugin"]):
         assert got["operator"]["runtimeClass"] == spec["operator"]["runtimeClass"]
+    asset_tolerations = _asset(tag, "operator-validation")["spec"]["template"]["spec"]["tolerations"]
+    assert got["daemonsets"]["tolerations"] == ((spec.get("daemonsets") or {}).get("tolerations") or asset_tolerations)
+    install_dir = (spec.get("hostPaths") or {}).get("driverInstallDir") or DEFAULT_INSTALL_DIR
+    assert got["hostPaths"]["driverInstallDir"] == install_dir
     for component in ("driver", "toolkit", "cuda", "plugin"):
         wanted = _shown(tag, f"{component}-validation", (spec["validator"].get(component) or {}).get("env"))
         assert _got_env(got["validator"].get(component) or {}) == wanted, component
@@ -470,6 +496,10 @@ POLICIES: dict[str, dict[str, dict[str, Any]]] = {
     "toolkit off, device plugin env": {"toolkit": {"enabled": False}, "devicePlugin": {"env": PLUGIN_ENV}},
     "precompiled driver": {"driver": {"usePrecompiled": True, "version": "550"}},
     "open kernel modules": {"driver": {"kernelModuleType": "open", "useOpenKernelModules": True}},
+    "own tolerations, driver installed under /home/kubernetes": {
+        "daemonsets": {"tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
+        "hostPaths": {"driverInstallDir": "/home/kubernetes/bin/nvidia"},
+    },
     "cdi on": {"cdi": {"enabled": True}},
     "cdi on as the default runtime mode": {"cdi": {"enabled": True, "default": True}},
     "mig manager off, mixed strategy": {"migManager": {"enabled": False}, "mig": {"strategy": "mixed"}},
