@@ -3,6 +3,7 @@ lists no ClusterPolicy (`gpuchain.doctor.stacks.inferred_policy`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 
 from gpuchain.doctor import diagnose
+from gpuchain.doctor.context import index
+from gpuchain.doctor.driver_running import running_driver
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.links.common import DRIVER_VERSION
 from gpuchain.doctor.model import Fix, FixOp, Severity
@@ -17,6 +20,7 @@ from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.gpu_operator import CONTAINERS, DAEMONSETS, UPGRADE_STATE
 from gpuchain.doctor.stacks.inferred_policy import driver_version, infer_policy, split_image
 from gpuchain.doctor.structs import Snapshot, Stack
+from gpuchain.kube.objects import name_of
 from gpuchain.sim import build, parse_scenario
 
 
@@ -79,14 +83,14 @@ def test_pinned_versions_and_env_read_back(tmp_path: Path) -> None:
     scenario = (
         "name: pinned\nstack: gpu-operator\n"
         'policy: {driver: {version: "535.161.08"}, devicePlugin: {version: v0.15.1,'
-        " env: [{name: PASS_DEVICE_SPECS, value: 'true'}]},"
+        " env: [{name: PASS_DEVICE_SPECS, value: 'false'}]},"
         " validator: {cuda: {env: [{name: WITH_WORKLOAD, value: 'false'}]}}}\n" + TWO_NODES
     )
     stack = _stack(tmp_path, scenario)
     spec = _spec(stack)
     assert stack.policy.driver.version == "535.161.08"
     assert spec["devicePlugin"]["version"] == "v0.15.1"
-    assert {"name": "PASS_DEVICE_SPECS", "value": "true"} in spec["devicePlugin"]["env"]
+    assert {"name": "PASS_DEVICE_SPECS", "value": "false"} in spec["devicePlugin"]["env"]
     assert spec["validator"]["cuda"]["env"] == [{"name": "WITH_WORKLOAD", "value": "false"}]
 
 
@@ -250,9 +254,21 @@ def test_an_operator_before_its_validator_is_found_by_the_daemonsets_only_it_ren
     assert stack.policy.driver.version == "450.80.02" and not stack.policy.device_plugin.enabled
 
 
-@pytest.mark.parametrize(("mode", "default"), [("cdi", True), ("legacy", None), (None, None)])
-def test_cdi_default_reads_back_from_the_runtime_mode_the_operator_sets_only_for_it(mode, default) -> None:
-    env = [{"name": "CDI_ENABLED", "value": "true"}]
+#: What TransformToolkit sets beside CDI_ENABLED: up to v25.3.x the annotation prefixes, and the mode cdi only for
+#: cdi.default (object_controls.go@v25.3.4); from v25.10.0 the mode cdi for every CDI policy, with
+#: NVIDIA_RUNTIME_SET_AS_DEFAULT=false (transformToolkitCtrForCDI@v25.10.0), cdi.default being gone.
+PREFIXES = {"NVIDIA_CONTAINER_RUNTIME_MODES_CDI_ANNOTATION_PREFIXES": "nvidia.cdi.k8s.io/"}
+NOT_DEFAULT = {"NVIDIA_RUNTIME_SET_AS_DEFAULT": "false"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "beside", "default"),
+    [("cdi", PREFIXES, True), ("legacy", PREFIXES, None), (None, PREFIXES, None), ("cdi", NOT_DEFAULT, None)],
+)
+def test_cdi_default_reads_back_from_the_runtime_mode_the_operator_sets_only_for_it(
+    mode: str | None, beside: dict[str, str], default: bool | None
+) -> None:
+    env = [{"name": "CDI_ENABLED", "value": "true"}, *({"name": k, "value": v} for k, v in beside.items())]
     if mode is not None:
         env.append({"name": "NVIDIA_CONTAINER_RUNTIME_MODE", "value": mode})
     toolkit = [
@@ -263,3 +279,24 @@ def test_cdi_default_reads_back_from_the_runtime_mode_the_operator_sets_only_for
     )
     assert found is not None
     assert found[0]["spec"]["cdi"].get("default") is default
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_the_driver_release_of_a_read_back_policy_is_said_to_come_from_the_daemonset_image(
+    tmp_path: Path, listed: bool
+) -> None:
+    """With no driver pod on the node to read, the release comes from the policy: a listed one's spec.driver.version,
+    or, read back, the driver DaemonSet's image, which the evidence must say rather than name a policy field."""
+    write_dump(build(parse_scenario("name: said\nstack: gpu-operator\n" + TWO_NODES)).cluster, tmp_path, extras=listed)
+    snapshot = read_dump(tmp_path)
+    pods = [p for p in snapshot.pods if not name_of(p).startswith(DAEMONSETS["driver"])]
+    ctx = index(dataclasses.replace(snapshot, pods=pods))
+    found = running_driver(ctx, ctx.views[0])
+    assert found is not None and found.release == ctx.policy.driver.version
+    if listed:
+        assert found.said_by.startswith(f"spec.driver.version {found.release} of ")
+    else:
+        assert (
+            found.said_by
+            == f"driver version {found.release} read back from the nvidia-driver-daemonset DaemonSet's image"
+        )

@@ -40,6 +40,16 @@ def release_key(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in found.group(1).split(".")) if found else None
 
 
+def policy_version_said(ctx: Context, wanted: str) -> str:
+    """Where the policy's driver version came from, for the evidence line: a policy read back from the operand
+    DaemonSets (`Stack.policy_inferred`, a dump without the ClusterPolicy) took it from the driver DaemonSet's image
+    tag, which the user's policy never showed, so saying the policy names it would send them looking for a setting
+    gpuchain did not read."""
+    if ctx.stack.policy_inferred:
+        return f"driver version {wanted} read back from the {ctx.ds(DRIVER)} DaemonSet's image"
+    return f"spec.driver.version {wanted} of {ctx.policy_ref}"
+
+
 def running_driver(ctx: Context, view: NodeView) -> Running | None:
     """The driver release ``view``'s node runs now (`module docstring`'s witnesses, freshest first); None where
     nothing on the node or in the policy names one."""
@@ -59,7 +69,7 @@ def running_driver(ctx: Context, view: NodeView) -> Running | None:
         wanted = str(((ctx.policy_obj.get("spec") or {}).get("driver") or {}).get("version") or "")
         found = RELEASE.fullmatch(wanted)
         if found:
-            return Running(found.group(1), f"spec.driver.version {wanted} of {ctx.policy_ref}")
+            return Running(found.group(1), policy_version_said(ctx, wanted))
     label = view.labels.get(DRIVER_FULL, "")
     if RELEASE.fullmatch(label):
         return Running(label, f"label {DRIVER_FULL}={label}")

@@ -11,6 +11,10 @@ block's ``env`` (setContainerEnv); applyMIGConfiguration writes ``MIG_STRATEGY``
 transformToolkitCtrForCDI ``CDI_ENABLED`` on the toolkit from ``cdi.enabled``, transformForRuntime ``RUNTIME`` from
 the runtime it detected, setRuntimeClassName the operands' ``runtimeClassName`` from ``operator.runtimeClass``, and
 TransformValidatorComponent each validator component's ``env`` on its ``<component>-validation`` init container.
+setContainerEnv overwrites an asset's own entry where it stands, so an entry still holding the asset's value
+(`ASSET_ENV`) cannot be told from the policy's and is not read back as it. Each of these was checked against
+NVIDIA's asset files as the operator renders them, at v24.9.2, v25.10.0 and v26.7.0
+(tests/doctor/test_doctor_inferred_policy_assets.py).
 
 Only what a DaemonSet shows is read back: the upgrade policy, a config map's name that no volume shows, the
 manager's settings and the policy's name stay unknown (`UNREAD`).
@@ -39,7 +43,11 @@ POLICY_KEYS = {
 #: Env the operator writes itself whatever the block's ``env`` says (controllers/object_controls.go@v26.7.0: the
 #: ``*EnvName`` constants, the names its transforms pass to setContainerEnv (RUNTIME, CONTAINERD_RUNTIME_CLASS,
 #: RUNTIME_CONFIG_SOURCE, CONFIG_FILE, DEFAULT_CONFIG, ...), the assets' NODE_NAME,
-#: NVIDIA_VISIBLE_DEVICES and the validator's COMPONENT / WITH_WAIT): not the user's ``env``, so not read back as it.
+#: NVIDIA_VISIBLE_DEVICES and the validator's COMPONENT / WITH_WAIT; transformDriverContainer's KERNEL_MODULE_TYPE
+#: and OPEN_KERNEL_MODULES_ENABLED, from driver.kernelModuleType (driver.useOpenKernelModules@v24.9.2) and
+#: OPENSHIFT_VERSION, from the host; MPS_ROOT from devicePlugin.mps.root; transformForHostRoot's HOST_ROOT and
+#: transformForDriverInstallDir's DRIVER_INSTALL_DIR* from hostPaths; the DCGM exporter's pod label switches
+#: @v26.7.0): not the user's ``env``, so not read back as it.
 OPERATOR_ENV = frozenset(
     {
         "RUNTIME",
@@ -86,6 +94,16 @@ OPERATOR_ENV = frozenset(
         "VALIDATOR_IMAGE_PULL_SECRETS",
         "VALIDATOR_RUNTIME_CLASS",
         "NODE_NAME",
+        "KERNEL_MODULE_TYPE",
+        "OPEN_KERNEL_MODULES_ENABLED",
+        "OPENSHIFT_VERSION",
+        "MPS_ROOT",
+        "HOST_ROOT",
+        "DRIVER_INSTALL_DIR",
+        "DRIVER_INSTALL_DIR_CTR_PATH",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
         "NVIDIA_VISIBLE_DEVICES",
         "NVIDIA_DRIVER_CAPABILITIES",
         "OPERATOR_NAMESPACE",
@@ -93,6 +111,39 @@ OPERATOR_ENV = frozenset(
         "WITH_WAIT",
     }
 )
+#: The literal env NVIDIA's assets give each container themselves, with the value every release carries
+#: (NVIDIA/gpu-operator assets/state-driver, state-container-toolkit, state-device-plugin, gpu-feature-discovery,
+#: state-operator-validation 0500_daemonset.yaml, state-mig-manager/0600_daemonset.yaml, state-dcgm-exporter/
+#: 0900_daemonset.yaml@v24.9.2 and 0800_daemonset.yaml@v25.10.0 and @v26.7.0). setContainerEnv only overwrites a
+#: value where it stands, so a rendered entry with that value may be the asset's own rather than the policy's
+#: ``env``: it is not read back as the user's (an entry with another value is). A variable whose default changed
+#: between releases (the driver manager's ENABLE_AUTO_DRAIN, true@v24.9.2 and false@v25.10.0; plugin-validation's
+#: WITH_WORKLOAD, the same) is read back with the value it has, which is the one that runs.
+ASSET_ENV: dict[str, dict[str, str]] = {
+    "k8s-driver-manager": {
+        "ENABLE_GPU_POD_EVICTION": "true",
+        "DRAIN_USE_FORCE": "false",
+        "DRAIN_POD_SELECTOR_LABEL": "",
+        "DRAIN_TIMEOUT_SECONDS": "0s",
+        "DRAIN_DELETE_EMPTYDIR_DATA": "false",
+    },
+    "nvidia-container-toolkit-ctr": {
+        "RUNTIME_ARGS": "",  # v24.9.2 only
+        "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": "management.nvidia.com/gpu",
+        "TOOLKIT_PID_FILE": "/run/nvidia/toolkit/toolkit.pid",
+    },
+    "nvidia-device-plugin": {
+        "PASS_DEVICE_SPECS": "true",
+        "FAIL_ON_INIT_ERROR": "true",
+        "DEVICE_ID_STRATEGY": "uuid",
+    },
+    "gpu-feature-discovery": {"GFD_SLEEP_INTERVAL": "60s", "GFD_FAIL_ON_INIT_ERROR": "true"},
+    "nvidia-dcgm-exporter": {"DCGM_EXPORTER_LISTEN": ":9400", "DCGM_EXPORTER_KUBERNETES": "true"},
+    "nvidia-mig-manager": {"GPU_CLIENTS_FILE": "/gpu-clients/clients.yaml"},
+}
+#: The toolkit env TransformToolkit set beside CDI_ENABLED while cdi.default existed (object_controls.go@v25.3.4
+#: NvidiaCtrRuntimeCDIPrefixesEnvName), and no longer from v25.10.0.
+CDI_PREFIXES_ENV = "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_ANNOTATION_PREFIXES"
 #: The validator components whose ``<component>-validation`` init container carries ``validator.<component>.env``.
 VALIDATOR_COMPONENTS = ("driver", "toolkit", "cuda", "plugin")
 #: What no operand DaemonSet shows, so it stays unknown (`not_judged` names it).
@@ -165,6 +216,13 @@ def driver_version(tag: str, precompiled: bool) -> str:
     return _OS_SUFFIX.sub("", tag)
 
 
+def _policy_image(image: str, driver: bool, precompiled: bool) -> tuple[str, str, str]:
+    """The block's ``repository``, ``image`` and ``version`` an operand's image was rendered from (a driver's tag
+    less what the operator appended to its version, `driver_version`)."""
+    repository, name, tag = split_image(image)
+    return repository, name, driver_version(tag, precompiled) if driver else tag
+
+
 def _pod_spec(ds: Obj) -> dict[str, Any]:
     return ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
 
@@ -183,7 +241,10 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def _user_env(container: dict[str, Any]) -> list[dict[str, str]]:
-    return [{"name": k, "value": v} for k, v in _env(container).items() if k not in OPERATOR_ENV]
+    """The entries of a container's env the policy's ``env`` set: neither the operator's own (`OPERATOR_ENV`) nor
+    the asset's default (`ASSET_ENV`)."""
+    asset = ASSET_ENV.get(str(container.get("name") or ""), {})
+    return [{"name": k, "value": v} for k, v in _env(container).items() if k not in OPERATOR_ENV and asset.get(k) != v]
 
 
 def policy_name(snapshot: Snapshot, namespace: str) -> str:
@@ -228,15 +289,20 @@ def infer_policy(
             read.append(f"driver.useNvidiaDriverCRD=true ({names})")
             continue
         mains = [c for d in found if (c := _container(d, containers.get(state, ""))) is not None]
-        images = {str(c.get("image") or "") for c in mains}
-        if len(images) == 1 and (image := images.pop()):
-            repository, name, tag = split_image(image)
-            precompiled = state == "driver" and any(name_of(d).startswith(daemonsets[state] + "-") for d in found)
-            version = driver_version(tag, precompiled) if state == "driver" else tag
+        images = sorted({str(c.get("image") or "") for c in mains})
+        precompiled = state == "driver" and any(name_of(d).startswith(daemonsets[state] + "-") for d in found)
+        # Precompiled drivers run one DaemonSet per kernel, each image tagged <branch>-<kernel>-<os>
+        # (transformPrecompiledDriverDaemonset, resolveDriverTag in controllers/object_controls.go@v25.10.0): they
+        # agree on all but the kernel, so the policy's fields are read where every image gives the same ones.
+        parts = {_policy_image(image, state == "driver", precompiled) for image in images}
+        if len(parts) == 1 and all(images):
+            repository, name, version = parts.pop()
             block.update({k: v for k, v in (("repository", repository), ("image", name), ("version", version)) if v})
             if precompiled:
                 block["usePrecompiled"] = True
-            read.append(f"{key} image {image}: version {version}")
+            read.append(f"{key} image {', '.join(images)}: version {version}")
+        if state == "driver":
+            _kernel_modules(block, mains, read)
         if state == "driver" and len(found) == 1:
             _driver_parts(spec, block, found[0], read)
         if len(mains) == 1 and (env := _user_env(mains[0])):
@@ -267,6 +333,22 @@ DRIVER_MANAGER = "k8s-driver-manager"
 INSTALL_DIR_VOLUME = "driver-install-dir"
 
 
+def _kernel_modules(block: dict[str, Any], mains: list[dict[str, Any]], read: list[str]) -> None:
+    """driver.kernelModuleType from the driver containers' KERNEL_MODULE_TYPE, where they agree; before it existed,
+    driver.useOpenKernelModules from OPEN_KERNEL_MODULES_ENABLED=true alone (transformDriverContainer,
+    controllers/object_controls.go@v25.10.0 and @v26.7.0 write both, the second only for open; @v24.9.2 the second
+    only, from useOpenKernelModules)."""
+    envs = [_env(c) for c in mains]
+    kinds = {env.get("KERNEL_MODULE_TYPE", "") for env in envs}
+    kind = next(iter(kinds)) if len(kinds) == 1 else ""
+    if kind:
+        block["kernelModuleType"] = kind
+        read.append(f"driver.kernelModuleType={kind} (KERNEL_MODULE_TYPE of the driver container)")
+    elif kinds == {""} and all(env.get("OPEN_KERNEL_MODULES_ENABLED") == "true" for env in envs):
+        block["useOpenKernelModules"] = True
+        read.append("driver.useOpenKernelModules=true (OPEN_KERNEL_MODULES_ENABLED of the driver container)")
+
+
 def _driver_parts(spec: dict[str, Any], block: dict[str, Any], ds: Obj, read: list[str]) -> None:
     """The driver block's parts the driver DaemonSet shows beside its image: the sidecars of GPUDirect RDMA, GDS and
     GDRCopy, and the driver manager's image and env."""
@@ -285,7 +367,7 @@ def _driver_parts(spec: dict[str, Any], block: dict[str, Any], ds: Obj, read: li
     repository, image, version = split_image(str(manager.get("image") or ""))
     env = _env(manager)
     block["manager"] = {k: v for k, v in (("repository", repository), ("image", image), ("version", version)) if v}
-    rest = [{"name": k, "value": v} for k, v in env.items() if k not in OPERATOR_ENV]
+    rest = _user_env(manager)
     if rest:
         block["manager"]["env"] = rest
     block.setdefault("rdma", {})["useHostMofed"] = env.get("USE_HOST_MOFED") == "true"
@@ -315,9 +397,12 @@ def _cluster_switches(
         cdi = env.get("CDI_ENABLED", "false") == "true"
         spec["cdi"] = {"enabled": cdi}
         read.append(f"cdi.enabled={str(cdi).lower()} (CDI_ENABLED of {containers.get('container-toolkit')})")
-        # transformToolkitCtrForCDI sets the runtime's mode to cdi only where cdi.default is set as well
-        # (controllers/object_controls.go@v25.3.4, config.CDI.IsDefault()).
-        if cdi and env.get("NVIDIA_CONTAINER_RUNTIME_MODE") == "cdi":
+        # TransformToolkit sets the runtime's mode to cdi only where cdi.default is set as well, beside the
+        # annotation prefixes (controllers/object_controls.go@v24.9.2 and @v25.3.4, config.CDI.IsDefault()); from
+        # v25.10.0 cdi.default is gone and transformToolkitCtrForCDI sets the mode cdi for every CDI policy, with
+        # NVIDIA_RUNTIME_SET_AS_DEFAULT and no prefixes (object_controls.go@v25.10.0, @v26.7.0): there the mode
+        # says nothing of a cdi.default.
+        if cdi and env.get("NVIDIA_CONTAINER_RUNTIME_MODE") == "cdi" and CDI_PREFIXES_ENV in env:
             spec["cdi"]["default"] = True
             mode_of = containers.get("container-toolkit")
             read.append(f"cdi.default=true (NVIDIA_CONTAINER_RUNTIME_MODE=cdi of {mode_of})")
