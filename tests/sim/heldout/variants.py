@@ -119,7 +119,7 @@ class Totals:
     def lines(self, more: Callable[[str], str] = lambda name: "") -> list[str]:
         """One line per way of answering; ``more`` adds to a line (by its name)."""
         return [
-            f"{name:9} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}{more(name)}"
+            f"{name:16} root {root}/{faults}  fix {fix}/{faults}  healthy quiet {quiet}/{healthy}{more(name)}"
             for name, (faults, root, fix, healthy, quiet) in self.counts.items()
         ]
 

@@ -40,11 +40,6 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
-    # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
-    witness = next(
-        (p for p in (*view.pods, *view.workloads) if not _runtime_class(p) and sandbox_created(p)),
-        None,
-    )
     for pod in view.pods:
         rc = _runtime_class(pod)
         if not rc:
@@ -53,7 +48,13 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
         creating = any(
             ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
         )
-        if witness is not None and sandbox_created(pod) is False:
+        # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
+        witness = (
+            next((p for p in (*view.pods, *view.workloads) if not _runtime_class(p) and sandbox_created(p)), None)
+            if sandbox_created(pod) is False
+            else None
+        )
+        if witness is not None:
             lines.append(
                 f"pod {name_of(pod)} (runtimeClassName {rc}) has no sandbox ({READY_TO_START}=False), while pod "
                 f"{name_of(witness)} of the default runtime has one"
