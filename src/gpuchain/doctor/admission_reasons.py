@@ -90,6 +90,42 @@ def refusal(reason: str) -> Refusal | None:
     return REFUSALS.get(reason)
 
 
+#: The device manager's refusal of a pod whose devices it cannot allocate at admission (kubernetes
+#: pkg/kubelet/lifecycle/predicate.go: UnexpectedAdmissionError for an error of an admit handler).
+UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
+#: What the kubelet puts before its message in a refused pod's status ("Pod was rejected: " from Kubernetes 1.26,
+#: "Pod " before: pkg/kubelet/kubelet.go rejectPod@v1.34.4 and @v1.20.15).
+_REJECTED_PREFIXES = ("Pod was rejected: ", "Pod ")
+
+
+def rejected_by_kubelet(pod: Obj) -> bool:
+    """Did the node's kubelet refuse ``pod`` at admission: Failed, with one of its admission reasons."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    return status.get("phase") == "Failed" and (reason == UNEXPECTED_ADMISSION or refusal(reason) is not None)
+
+
+def rejection_event(pod: Obj) -> Obj:
+    """The Warning Event the kubelet recorded when it refused ``pod`` (`rejected_by_kubelet`), read back from the
+    pod's status: rejectPod writes the same reason and message to both (kubernetes pkg/kubelet/kubelet.go@v1.34.4),
+    and the API server drops Events after an hour (--event-ttl) while the Failed pod stays."""
+    status = pod.get("status") or {}
+    message = str(status.get("message") or "")
+    for prefix in _REJECTED_PREFIXES:
+        if message.startswith(prefix):
+            message = message.removeprefix(prefix)
+            break
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return {
+        "type": "Warning",
+        "reason": str(status.get("reason") or ""),
+        "message": message,
+        "involvedObject": {"kind": "Pod", "name": name_of(pod), "namespace": namespace_of(pod) or "default"},
+        "source": {"component": "kubelet", "host": node},
+        "metadata": {"name": f"{name_of(pod)}.status", "namespace": namespace_of(pod) or "default"},
+    }
+
+
 def refusals_worth_reading(*, nodes: list[Obj], pods: list[Obj], daemonsets: list[Obj], namespace: str) -> bool:
     """Are the stack's Failed pods worth a list call (the doctor's pod list leaves them out)? Only where a GPU node
     announces no GPU and a DaemonSet of the stack's namespace counts more pods scheduled than are listed (the

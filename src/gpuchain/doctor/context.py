@@ -10,6 +10,7 @@ from typing import Generic, TypeVar, cast, overload
 
 import yaml
 
+from gpuchain.doctor.admission_reasons import rejected_by_kubelet, rejection_event
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
@@ -281,9 +282,14 @@ def index(snapshot: Snapshot) -> Context:
                 workloads[node].append(pod)
         elif not ops and phase == "Pending":
             pending.append(pod)
+    rejections = []
     for pod in snapshot.finished:
-        # A GPU workload that ended Failed (finished.py): its node's workload checks read its state and log.
-        workloads[str((pod.get("spec") or {}).get("nodeName"))].append(pod)
+        if rejected_by_kubelet(pod):
+            # Refused at admission, it never ran: what it holds is the kubelet's refusal, which its Event said.
+            rejections.append(rejection_event(pod))
+        else:
+            # A GPU workload that ended Failed (finished.py): its node's workload checks read its state and log.
+            workloads[str((pod.get("spec") or {}).get("nodeName"))].append(pod)
     for node, found in others.items():
         for op, pod in found.items():
             # The stack's own pod first, unless it runs and the other release's fails or is held in an
@@ -307,6 +313,14 @@ def index(snapshot: Snapshot) -> Context:
             )
             if node:
                 events[str(node)].append(ev)
+    for ev in rejections:
+        # The refusal's own Event where the source still has it, else the one the pod's status keeps.
+        node, ref = ev["source"]["host"], ev["involvedObject"]
+        if not any(
+            e.get("reason") == ev["reason"] and (e.get("involvedObject") or {}).get("name") == ref["name"]
+            for e in events[node]
+        ):
+            events[node].append(ev)
     views = []
     for n in snapshot.nodes:
         labels = labels_of(n)

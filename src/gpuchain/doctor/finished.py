@@ -7,6 +7,7 @@ workload's (snapshot._log_candidates), so the node's workload checks see them.""
 
 from __future__ import annotations
 
+from gpuchain.doctor.admission_reasons import rejected_by_kubelet
 from gpuchain.doctor.stacks.base import is_gpu_node
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of
@@ -40,8 +41,9 @@ def _finished_at(pod: Obj) -> str:
 
 def split_finished(pods: list[Obj], nodes: list[Obj]) -> tuple[list[Obj], list[Obj]]:
     """``pods`` less the finished ones (Succeeded, Failed: what the checks read), and the Failed GPU workload pods
-    among them whose containers ended in error on a GPU node, the newest `MAX_FINISHED` (`split_finished` reads
-    each pod's phase once; only a Failed pod is looked at further)."""
+    among them whose containers ended in error on a GPU node, the newest `MAX_FINISHED`, then at most as many the
+    node's kubelet refused at admission (`split_finished` reads each pod's phase once; only a Failed pod is looked
+    at further)."""
     live, failed = [], []
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase")
@@ -52,9 +54,9 @@ def split_finished(pods: list[Obj], nodes: list[Obj]) -> tuple[list[Obj], list[O
     if not failed:
         return live, []
     gpu_nodes = {name_of(n) for n in nodes if is_gpu_node(n)}
-    kept = [
-        p
-        for p in failed
-        if (p.get("spec") or {}).get("nodeName") in gpu_nodes and pod_gpu_requests(p) and failed_containers(p)
-    ]
-    return live, sorted(kept, key=_finished_at, reverse=True)[:MAX_FINISHED]
+    on_gpu_nodes = [p for p in failed if (p.get("spec") or {}).get("nodeName") in gpu_nodes and pod_gpu_requests(p)]
+    kept = [p for p in on_gpu_nodes if failed_containers(p)]
+    # A GPU pod the kubelet refused at admission ran no container: its status keeps the refusal the kubelet's Event
+    # said, after the Event is gone (`admission_reasons.rejection_event`).
+    refused = [p for p in on_gpu_nodes if rejected_by_kubelet(p)]
+    return live, sorted(kept, key=_finished_at, reverse=True)[:MAX_FINISHED] + refused[:MAX_FINISHED]
