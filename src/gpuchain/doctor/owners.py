@@ -50,8 +50,10 @@ def runtime_class_of(ctx: Context, pod: Obj) -> str:
     made before a change), so a pod that does not name it yet -- or a dump that trimmed the pod -- still shows through
     its owner how the cluster runs that component."""
     own = (pod.get("spec") or {}).get("runtimeClassName")
+    if own:
+        return str(own)
     template = ((owner_daemonset(ctx, pod).get("spec") or {}).get("template") or {}).get("spec") or {}
-    return str(own or template.get("runtimeClassName") or "")
+    return str(template.get("runtimeClassName") or "")
 
 
 def chart_of(ctx: Context, labels: dict[str, str]) -> tuple[str, str, str]:

@@ -65,7 +65,7 @@ def talos_without_extensions(ctx: Context, view: NodeView) -> Result | None:
     booted = talos_release(view.node)
     if not booted:
         return None
-    said, entry = runtime_evidence(view)
+    said, entry = runtime_evidence(ctx, view)
     if entry is None or entry.id != "containerd.no-runtime-for-handler":
         return None
     target, sibling = _serving_release(ctx, view, booted)

@@ -21,6 +21,7 @@ from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.links.toolkit_torn_down import torn_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.node import NVIDIA_HANDLER, distribution_of, node_info, runtime_scheme, runtime_setup
+from gpuchain.doctor.owners import runtime_class_of
 from gpuchain.doctor.pods import PodState, init_done, pod_state, sandbox_created
 from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
@@ -28,7 +29,7 @@ from gpuchain.kube.objects import READY_TO_START, Obj, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT, VALIDATOR
 
 
-def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
+def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.Entry | None]:
     """Events and pods that show the runtime has no nvidia handler, and the runtime's message that says so."""
     lines = []
     said = None
@@ -41,7 +42,7 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
     for pod in view.pods:
-        rc = _runtime_class(pod)
+        rc = runtime_class_of(ctx, pod)
         if not rc:
             continue
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -50,7 +51,10 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
         )
         # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
         witness = (
-            next((p for p in (*view.pods, *view.workloads) if not _runtime_class(p) and sandbox_created(p)), None)
+            next(
+                (p for p in (*view.pods, *view.workloads) if not runtime_class_of(ctx, p) and sandbox_created(p)),
+                None,
+            )
             if sandbox_created(pod) is False
             else None
         )
@@ -64,16 +68,12 @@ def runtime_evidence(view: NodeView) -> tuple[list[str], catalog.Entry | None]:
     return lines[:3], None
 
 
-def _runtime_class(pod: Obj) -> str:
-    return str((pod.get("spec") or {}).get("runtimeClassName") or "")
-
-
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
     """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
     rc = ctx.policy.operator.runtime_class
     on_rc = [p for p in view.operand_pods.values() if (p.get("spec") or {}).get("runtimeClassName") == rc]
     uses_rc = "runtimeclasses" not in ctx.snapshot.absent and bool(on_rc)
-    runtime, said_by = runtime_evidence(view)
+    runtime, said_by = runtime_evidence(ctx, view)
     # Where the runtime itself names a handler it lacks while every pod of the class runs, that sandbox failure is
     # what stops pods now: the missing handler first (the class may only be missing from the snapshot).
     handler_first = said_by is not None and all(pod_state(p).ready for p in on_rc)
