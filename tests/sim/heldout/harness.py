@@ -29,6 +29,7 @@ import yaml
 
 from gpuchain.doctor.diagnose import run_doctor
 from gpuchain.doctor.model import Finding, Report, Severity
+from gpuchain.doctor.node import SANDBOX_FAILED
 from gpuchain.doctor.pods import sandbox_created
 from gpuchain.doctor.releases import version_of
 from gpuchain.kube import DAEMONSET, EVENT, NODE, POD, KubeError, MemoryCluster
@@ -395,8 +396,6 @@ def _ready(pod: Obj) -> bool:
     return all(cs.get("ready") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
-#: The kubelet's FailedCreatePodSandBox Event (kubernetes pkg/kubelet/events/event.go@v1.34.4).
-SANDBOX_FAILED = "FailedCreatePodSandBox"
 #: The first Kubernetes release whose kubelet writes PodReadyToStartContainers by default (the gate's beta, 1.29).
 READY_TO_START_SINCE = (1, 29)
 
