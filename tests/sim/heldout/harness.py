@@ -414,7 +414,7 @@ def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
         if ev.get("reason") == SANDBOX_FAILED
     }
     kubelets = {
-        n["metadata"]["name"]: version_of(str(n["status"].get("nodeInfo", {}).get("kubeletVersion", "")).lstrip("v"))
+        n["metadata"]["name"]: version_of(str(n["status"].get("nodeInfo", {}).get("kubeletVersion", "")))
         for n in cluster.list(NODE)
     }
     for pod in cluster.list(POD):

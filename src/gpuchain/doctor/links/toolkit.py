@@ -41,24 +41,20 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
             lines.append(f"event {ev.get('reason')} on pod {ref.get('name')}: {ev.get('message')}")
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
-    for pod in view.pods:
-        rc = runtime_class_of(ctx, pod)
-        if not rc:
-            continue
+    classed = [(pod, rc) for pod in view.pods if (rc := runtime_class_of(ctx, pod))]
+    # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
+    # Looked for once, and only where a pod of a RuntimeClass has none.
+    witness = (
+        next((p for p in (*view.pods, *view.workloads) if not runtime_class_of(ctx, p) and sandbox_created(p)), None)
+        if any(sandbox_created(pod) is False for pod, _ in classed)
+        else None
+    )
+    for pod, rc in classed:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         creating = any(
             ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
         )
-        # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
-        witness = (
-            next(
-                (p for p in (*view.pods, *view.workloads) if not runtime_class_of(ctx, p) and sandbox_created(p)),
-                None,
-            )
-            if sandbox_created(pod) is False
-            else None
-        )
-        if witness is not None:
+        if witness is not None and sandbox_created(pod) is False:
             lines.append(
                 f"pod {name_of(pod)} (runtimeClassName {rc}) has no sandbox ({READY_TO_START}=False), while pod "
                 f"{name_of(witness)} of the default runtime has one"
