@@ -83,7 +83,7 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
     meta: dict[str, Any] = {"name": plan.name, "labels": labels}
     if g.mig is not None and g.mig.reason:
         meta["annotations"] = {MIG_CONFIG_STATE_REASON: g.mig.reason}
-    runtime, kubelet = NODE_VERSIONS[g.distribution]
+    kubelet = NODE_VERSIONS[g.distribution][1]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -96,7 +96,7 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
             "nodeInfo": {
                 "kernelVersion": g.kernel,
                 "osImage": g.os_image,
-                "containerRuntimeVersion": g.container_runtime or runtime,
+                "containerRuntimeVersion": runtime_version(plan),
                 "kubeletVersion": kubelet,
                 "operatingSystem": "linux",
                 # the kubelet's GOARCH: an arm64 node (a Jetson, Grace) says so in the label it also sets
@@ -104,6 +104,11 @@ def node_object(plan: NodePlan, stack: str = "gpuchain") -> Obj:
             },
         },
     }
+
+
+def runtime_version(plan: NodePlan) -> str:
+    """The node's ``containerRuntimeVersion``: the scenario's, else its distribution's."""
+    return plan.group.container_runtime or NODE_VERSIONS[plan.group.distribution][0]
 
 
 #: (containerRuntimeVersion, kubeletVersion) each distribution reports: k3s and RKE2 ship their

@@ -27,7 +27,7 @@ from gpuchain.operator.policy import ClusterPolicySpec
 from gpuchain.sim import chain
 from gpuchain.sim.chain import NodePlan
 from gpuchain.sim.clusterpolicy import nvidia_policy_status, operator_pod, policy_object, without_empty
-from gpuchain.sim.nodes import node_object, publish_health
+from gpuchain.sim.nodes import node_object, publish_health, runtime_version
 from gpuchain.sim.operand_logs import operand_log
 from gpuchain.sim.sandbox import is_vm, vm_objects
 from gpuchain.sim.scenario import Scenario
@@ -261,7 +261,7 @@ def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySp
                     )
                 )
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(sandbox_event(ns, pod=pod, n=len(events)))
+                events.append(sandbox_event(ns, pod=pod, n=len(events), runtime=runtime_version(plan)))
         ds = {**ds, "status": _ds_status(pods)}
         daemonsets[op.name] = ds
         by_operand[op.name] = pods
@@ -277,7 +277,7 @@ def render(scenario: Scenario, *, plans: list[NodePlan], policy: ClusterPolicySp
             pod = _agent_pod(agent_ds, plan, roles, agent_pod_name, scenario.name)
             pods.append(pod)
             if pod["spec"].get("runtimeClassName") and plan.toolkit == chain.RUNTIME_MISSING:
-                events.append(sandbox_event(ns, pod=pod, n=len(events)))
+                events.append(sandbox_event(ns, pod=pod, n=len(events), runtime=runtime_version(plan)))
         daemonsets[NODE_AGENT.name] = {**agent_ds, "status": _ds_status(pods)}
         by_operand[NODE_AGENT.name] = pods
         out.objects.append(daemonsets[NODE_AGENT.name])

@@ -13,7 +13,9 @@ from typing import Any
 
 from gpuchain.kube.objects import READY_TO_START, Obj
 
-RUNTIME_ERROR = 'failed to get sandbox runtime: no runtime for "nvidia" is configured'
+RUNTIME_ERROR = 'no runtime for "nvidia" is configured'
+"""containerd's error for a RuntimeClass handler it has no runtime for (internal/cri/config/config.go@v2.2.9), which
+the kubelet's FailedCreatePodSandBox Event carries wrapped (``sandbox_event``)."""
 
 STAMP = "2026-06-05T18:00:00Z"
 
@@ -96,16 +98,59 @@ def crashloop_container(name: str, *, log: str, restarts: int = 37) -> dict[str,
     }
 
 
-def pod_status(phase: str, *, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str) -> dict[str, Any]:
-    ready = phase == "Running" and all(c["ready"] for c in mains)
+def kubelet_conditions(
+    phase: str, *, incomplete: list[str], unready: list[str], sandbox: bool | None = None
+) -> list[dict[str, Any]]:
+    """A pod's conditions in the order, and with the reasons and messages, that the kubelet writes them
+    (kubernetes pkg/kubelet/status/generate.go and kubelet_pods.go generateAPIPodStatus@v1.37.2, checked against the
+    real kubelet in tests/peers/test_real_node_sandbox.py): PodReadyToStartContainers where ``sandbox`` says whether
+    the runtime made the pod's sandbox (None: a kubelet before 1.29, which writes no such condition), then
+    Initialized (False while an init container in ``incomplete`` has not finished), Ready and ContainersReady (False
+    while a container in ``unready`` is not ready, or the pod has completed) and PodScheduled.
+
+    The doctor and the held-out harness read these; one derivation keeps the simulator's pods and a case's edited
+    pods alike."""
+    conditions: list[dict[str, Any]] = []
+    if sandbox is not None:
+        started = {"type": READY_TO_START, "status": "True" if sandbox else "False"}
+        # kubelet/types/constants.go@v1.37.2: PodSandboxNotReadyReason, PodSandboxNotReadyMsgNoPodSandbox.
+        conditions.append(
+            started if sandbox else {**started, "reason": "PodSandboxNotReady", "message": "no pod sandbox exists"}
+        )
+    initialized: dict[str, Any] = {"type": "Initialized", "status": "True"}
+    if phase == "Succeeded":
+        initialized["reason"] = "PodCompleted"
+    elif incomplete:
+        initialized = {
+            **initialized,
+            "status": "False",
+            "reason": "ContainersNotInitialized",
+            "message": f"containers with incomplete status: [{' '.join(incomplete)}]",
+        }
+    ready: dict[str, Any] = {"status": "True"}
+    if phase == "Succeeded":
+        ready = {"status": "False", "reason": "PodCompleted"}
+    elif unready or phase != "Running":
+        ready = {"status": "False", "reason": "ContainersNotReady"}
+        if unready:
+            ready["message"] = f"containers with unready status: [{' '.join(unready)}]"
+    conditions += [initialized, {"type": "Ready", **ready}, {"type": "ContainersReady", **ready}]
+    return [*conditions, {"type": "PodScheduled", "status": "True"}]
+
+
+def pod_status(
+    phase: str, *, inits: list[dict[str, Any]], mains: list[dict[str, Any]], node_ip: str, sandbox: bool | None = None
+) -> dict[str, Any]:
+    """A bound pod's status as the kubelet writes it for these container statuses (``kubelet_conditions``)."""
     st: dict[str, Any] = {
         "phase": phase,
         "hostIP": node_ip,
-        "conditions": [
-            {"type": "Initialized", "status": "True" if all(c["ready"] for c in inits) else "False"},
-            {"type": "Ready", "status": "True" if ready else "False"},
-            {"type": "PodScheduled", "status": "True"},
-        ],
+        "conditions": kubelet_conditions(
+            phase,
+            incomplete=[c["name"] for c in inits if not c["ready"]],
+            unready=[c["name"] for c in mains if not c["ready"]],
+            sandbox=sandbox,
+        ),
         "containerStatuses": mains,
     }
     if inits:
@@ -134,14 +179,13 @@ def no_sandbox(inits: list[str], *, mains: list[str], ip: str) -> dict[str, Any]
     ContainerCreating (kubernetes pkg/kubelet/kubelet_pods.go@v1.34.4 convertToAPIContainerStatuses), and
     PodReadyToStartContainers is False (the kubelet's FailedCreatePodSandBox Event says why)."""
     default = "PodInitializing" if inits else "ContainerCreating"
-    status = pod_status(
+    return pod_status(
         "Pending",
         inits=[waiting_container(n, reason=default) for n in inits],
         mains=[waiting_container(n, reason=default) for n in mains],
         node_ip=ip,
+        sandbox=False,
     )
-    status["conditions"].append({"type": READY_TO_START, "status": "False", "reason": "PodSandboxNotReady"})
-    return status
 
 
 def unschedulable(message: str) -> dict[str, Any]:
@@ -171,9 +215,19 @@ def warning_event(namespace: str, *, involved: Obj, reason: str, message: str, c
     }
 
 
-def sandbox_event(namespace: str, *, pod: Obj, n: int) -> Obj:
-    """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler."""
-    message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {RUNTIME_ERROR}"
+def sandbox_event(namespace: str, *, pod: Obj, n: int, runtime: str = "") -> Obj:
+    """The kubelet's Event for a pod of the nvidia RuntimeClass whose runtime lacks the handler, on a node whose
+    ``containerRuntimeVersion`` is ``runtime``: containerd 2 names the sandbox it could not make
+    (internal/cri/server/sandbox_run.go@v2.2.9, checked against the real containerd in
+    tests/peers/test_real_node_sandbox.py), 1.x says it failed to get the sandbox runtime (pkg/cri/server/sandbox_run.go
+    of 1.7, the wording NVIDIA/gpu-operator#730 quotes)."""
+    major = runtime.partition("://")[2].split(".")[0]
+    if major.isdigit() and int(major) >= 2:
+        sandbox = hashlib.sha256(f"{namespace}/{pod['metadata']['name']}".encode()).hexdigest()
+        error = f'unable to get OCI runtime for sandbox "{sandbox}": {RUNTIME_ERROR}'
+    else:
+        error = f"failed to get sandbox runtime: {RUNTIME_ERROR}"
+    message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {error}"
     return warning_event(
         namespace, involved=pod, reason="FailedCreatePodSandBox", message=message, component="kubelet", n=n
     )

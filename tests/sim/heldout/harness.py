@@ -35,6 +35,7 @@ from gpuchain.doctor.releases import version_of
 from gpuchain.kube import DAEMONSET, EVENT, NODE, POD, KubeError, MemoryCluster
 from gpuchain.kube.objects import READY_TO_START, Obj
 from gpuchain.sim import build, parse_scenario
+from gpuchain.sim.shapes import kubelet_conditions
 
 HERE = Path(__file__).parent
 
@@ -402,9 +403,10 @@ READY_TO_START_SINCE = (1, 29)
 
 def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
     """Each pod's conditions as the kubelet derives them from its containers' states (kubernetes
-    pkg/kubelet/status/generate.go@v1.34.4: Initialized once every init container has exited 0 or, a restartable
+    pkg/kubelet/status/generate.go@v1.37.2: Initialized once every init container has exited 0 or, a restartable
     sidecar, started; ContainersReady and Ready once every container is ready), after a case's edits set those
-    states: an edit writes containers, and the kubelet's conditions follow them. A pod that a FailedCreatePodSandBox
+    states: an edit writes containers, and the kubelet's conditions follow them, written by the simulator's own
+    ``kubelet_conditions``. A pod that a FailedCreatePodSandBox
     Event names and none of whose containers has started has no sandbox, which a kubelet of 1.29 or later says as
     PodReadyToStartContainers False; an older kubelet writes no such condition. Pods with no container status
     (never bound) keep theirs."""
@@ -423,25 +425,26 @@ def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
         if not mains:
             continue
         sidecars = {c["name"] for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"}
-        initialized = all(
-            ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
-            or (cs.get("name") in sidecars and "running" in (cs.get("state") or {}))
+        incomplete = [
+            str(cs.get("name"))
             for cs in status.get("initContainerStatuses") or []
-        )
-        ready = status.get("phase") == "Running" and all(cs.get("ready") for cs in mains)
-        said = {"Initialized": initialized, "ContainersReady": ready, "Ready": ready}
+            if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") != 0
+            and not (cs.get("name") in sidecars and "running" in (cs.get("state") or {}))
+        ]
         meta = pod["metadata"]
         kubelet = kubelets.get(pod["spec"].get("nodeName", "")) or (0,)
-        if (
-            (meta["namespace"], meta["name"]) in sandboxless
-            and sandbox_created(pod) is None
-            and kubelet >= READY_TO_START_SINCE
-        ):
-            said[READY_TO_START] = False
-        # A kubelet before 1.29 writes no such condition (its gate was off by default).
-        dropped = {READY_TO_START} if kubelet < READY_TO_START_SINCE else set()
-        kept = [c for c in status.get("conditions") or [] if c.get("type") not in {*said, *dropped}]
-        conditions = kept + [{"type": t, "status": "True" if v else "False"} for t, v in said.items()]
+        # A kubelet before 1.29 writes no PodReadyToStartContainers (its gate was off by default).
+        sandbox = sandbox_created(pod) if kubelet >= READY_TO_START_SINCE else None
+        if sandbox is None and kubelet >= READY_TO_START_SINCE and (meta["namespace"], meta["name"]) in sandboxless:
+            sandbox = False
+        written = kubelet_conditions(
+            str(status.get("phase")),
+            incomplete=incomplete,
+            unready=[str(cs.get("name")) for cs in mains if not cs.get("ready")],
+            sandbox=sandbox,
+        )
+        ours = {c["type"] for c in written} | {READY_TO_START}
+        conditions = written + [c for c in status.get("conditions") or [] if c.get("type") not in ours]
         if conditions != status.get("conditions"):
             cluster.patch_status(POD, name=meta["name"], status={"conditions": conditions}, namespace=meta["namespace"])
 
