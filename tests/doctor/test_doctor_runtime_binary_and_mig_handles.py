@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from doctor.small_cluster import diagnosed, no_gpus, plugin_pod, refused_at_start
+from doctor.small_cluster import built, diagnosed, no_gpus, plugin_pod, refused_at_start
 
+from gpuchain.doctor.diagnose import run_doctor
 from gpuchain.doctor.model import Finding, Report, Severity
-from gpuchain.kube import DAEMONSET
+from gpuchain.kube import DAEMONSET, NODE
 from gpuchain.sim.build import SimCluster
 
 
@@ -196,6 +197,28 @@ def test_a_refusal_without_the_nvidia_hook_is_not_read_as_its_default() -> None:
     assert "toolkit.default-runtime-left" not in diagnosed(_no_stack(), refused_at_start("web", other)).ids
 
 
+#: A GPU Operator cluster with a node that has no GPU (a control-plane or CPU worker) running a pod of its own.
+GPU_LESS = (
+    "name: t\nstack: gpu-operator\nnodes:\n  - {name: gpu-1, preset: t4-x4}\n  - {name: cpu-1, gpu: false}\n"
+    "workloads:\n  - {name: etl, namespace: apps, count: 1, gpus: 0, node: cpu-1}\n"
+)
+
+
+def test_pods_the_nvidia_hook_refuses_on_a_node_without_a_gpu_are_its_default_runtime_whatever_stack_runs() -> None:
+    """Project-HAMi/HAMi#715: a control-plane node with nvidia as containerd's default, its pods refused by the hook
+    (no driver there), beside a working GPU stack on the GPU nodes."""
+    report = diagnosed(GPU_LESS, refused_at_start("etl", HOOK_REFUSED))
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("toolkit.default-runtime-left", "toolkit", "cpu-1")
+    assert 'default_runtime_name = "runc"' in root.fix and "no NVIDIA GPU" in root.cause
+
+
+def test_a_gpu_less_node_whose_refusals_are_not_the_nvidia_hook_s_is_not_its_default_runtime() -> None:
+    other = HOOK_REFUSED.replace("nvidia-container-cli", "oci-seccomp-bpf-hook")
+    assert "toolkit.default-runtime-left" not in diagnosed(GPU_LESS, refused_at_start("etl", other)).ids
+    assert "toolkit.default-runtime-left" not in diagnosed(GPU_LESS).ids
+
+
 def _plugin_marked(*lines: str) -> dict[str, Any]:
     """An edit: the standalone plugin on w1 logging ``lines`` after it registered (its own start-up wording)."""
     start = "I0719 09:12:03.121336       1 server.go:125] Registered device plugin for 'nvidia.com/gpu' with Kubelet\n"
@@ -344,10 +367,11 @@ def test_a_k3s_containerd_with_the_fix_or_pods_of_another_runtime_are_not_read_a
     assert "toolkit.runtime-cgroup-driver" not in runc.ids
 
 
-def _mig_node(driver: str, mig: str = "{config: all-1g.10gb}") -> str:
+def _mig_node(driver: str, mig: str | None = "{config: all-1g.10gb}") -> str:
+    layout = f", mig: {mig}" if mig is not None else ""
     return (
         "name: t\nstack: gpu-operator\npolicy: {driver: {enabled: false}}\nnodes:\n"
-        f"  - {{name: a100, preset: a100-80gb-x8, hostDriver: '{driver}', mig: {mig}}}\n"
+        f"  - {{name: a100, preset: a100-80gb-x8, hostDriver: '{driver}'{layout}}}\n"
         "workloads:\n  - {name: job, namespace: research, count: 2, resource: nvidia.com/gpu, node: a100}\n"
     )
 
@@ -366,3 +390,13 @@ def test_gpu_pods_stuck_creating_on_a_mig_node_under_a_570_driver_before_the_fix
 def test_a_fixed_driver_or_no_stuck_pod_is_no_allocation_hang() -> None:
     assert "driver.mig-allocation-hang" not in diagnosed(_mig_node("570.172.08"), STUCK).ids
     assert "driver.mig-allocation-hang" not in diagnosed(_mig_node("570.124.06")).ids
+
+
+def test_gpus_out_of_mig_mode_under_a_mig_strategy_are_no_allocation_hang() -> None:
+    """GFD labels ``nvidia.com/mig.strategy`` (the operator's default is single) and ``mig.capable`` for GPUs in
+    either mode; only a MIG layout on the node makes the 570 hang possible (kubernetes-sigs/kubespray#12277's node:
+    an A100 under single, MIG off, its GPU pods without a sandbox after the nvidia runtime was dropped)."""
+    sim = built(_mig_node("570.124.06", mig=None), STUCK)
+    labels = sim.cluster.get(NODE, name="a100")["metadata"]["labels"]
+    assert labels["nvidia.com/mig.strategy"] == "single" and "-MIG-" not in labels["nvidia.com/gpu.product"]
+    assert "driver.mig-allocation-hang" not in run_doctor(sim.cluster, reader=sim.read_log).ids

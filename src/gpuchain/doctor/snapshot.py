@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Protocol, cast
 
-from gpuchain.common.labels import MIG_CONFIG_STATE
+from gpuchain.common.labels import MIG_CONFIG, MIG_CONFIG_STATE
 from gpuchain.doctor.admission_reasons import read_refused, refusals_worth_reading
 from gpuchain.doctor.fabric_logs import fabric_log_candidates
 from gpuchain.doctor.finished import NOT_SUCCEEDED, failed_containers, split_finished
@@ -43,7 +43,7 @@ from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.kinds import PDB, Kind
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT, VALIDATOR, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
@@ -87,6 +87,21 @@ STEPS = (
 #: The driver upgrade states in which the GPU Operator's upgrade controller waits on the node's pods
 #: (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go), and the one it leaves a node in when that wait failed.
 DRAIN_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN_REQUIRED, FAILED})
+
+
+def mig_in_use(node: Obj) -> str:
+    """Why the node's GPUs are in MIG mode ("" when they are not): MIG resources in its capacity (the mixed
+    strategy), GPU feature discovery's product with a MIG profile (single), or a MIG layout other than
+    all-disabled. GFD labels ``nvidia.com/mig.strategy`` and ``nvidia.com/mig.capable`` whatever the GPUs' mode, so
+    neither says MIG is on."""
+    mig = {k: v for k, v in node_gpu_resources(node).items() if k.startswith("nvidia.com/mig-") and v > 0}
+    if mig:
+        return ", ".join(f"{k}: {v}" for k, v in sorted(mig.items()))
+    labels = labels_of(node)
+    if "-MIG-" in labels.get(PRODUCT, ""):
+        return f"{PRODUCT}={labels[PRODUCT]}"
+    layout = labels.get(MIG_CONFIG, "")
+    return f"{MIG_CONFIG}={layout}" if layout and layout != "all-disabled" else ""
 
 
 def draining(nodes: list[Obj]) -> bool:

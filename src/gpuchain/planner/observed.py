@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from gpuchain.common.labels import MIG_CONFIG
 from gpuchain.doctor.links.common import DRIVER_VERSION
-from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.doctor.snapshot import PRODUCT, mig_in_use
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.base import is_gpu_node, provider_of
 from gpuchain.doctor.structs import Snapshot
-from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.planner.stack import DriverOwner, Reading
 
@@ -36,7 +34,7 @@ def read_snapshot(snapshot: Snapshot, where: str) -> Reading:
     driver, driver_why = _driver_owner(snapshot, gpu)
     models, models_why = _distinct(gpu, _model, "GPU models")
     versions, versions_why = _distinct(gpu, lambda n: labels_of(n).get(DRIVER_VERSION) or None, DRIVER_VERSION)
-    mig = [(name_of(n), why) for n in gpu if (why := _mig_in_use(n))]
+    mig = [(name_of(n), why) for n in gpu if (why := mig_in_use(n))]
     return Reading(
         where=where,
         stack=stack.title,
@@ -97,15 +95,3 @@ def _distinct(gpu: list[Obj], key: Callable[[Obj], str | None], what: str) -> tu
     parts = ", ".join(f"{v} on {c} node(s)" for v, c in sorted(seen.items()))
     unread = f"; {len(gpu) - known} node(s) do not say" if known < len(gpu) else ""
     return tuple(sorted(seen)), f"{what}: {parts}{unread}"
-
-
-def _mig_in_use(node: Obj) -> str:
-    """Why the node's GPUs are in MIG mode ("" when they are not)."""
-    mig = {k: v for k, v in node_gpu_resources(node).items() if k.startswith("nvidia.com/mig-") and v > 0}
-    if mig:
-        return ", ".join(f"{k}: {v}" for k, v in sorted(mig.items()))
-    labels = labels_of(node)
-    if "-MIG-" in labels.get(PRODUCT, ""):
-        return f"{PRODUCT}={labels[PRODUCT]}"
-    layout = labels.get(MIG_CONFIG, "")
-    return f"{MIG_CONFIG}={layout}" if layout and layout != "all-disabled" else ""

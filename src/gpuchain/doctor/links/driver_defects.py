@@ -4,8 +4,8 @@ The 570 branch before 570.172.08 hangs the device plugin's allocation on MIG-ena
 call into the plugin never returns, so GPU pods on such a node stay in ContainerCreating with no Event and no error
 anywhere, while pods without GPUs start (NVIDIA/gpu-operator#1361, kubernetes/kubernetes#130855; the maintainers:
 fixed in 570.172.08 and 580.65.06, and the kubelet is restarted after the upgrade, since its calls may still hang).
-The driver's version is the one GPU feature discovery labels the node with; MIG is on where the node has a MIG
-strategy other than none.
+The driver's version is the one GPU feature discovery labels the node with; MIG is on where the node shows a MIG layout
+(`snapshot.mig_in_use`), not where GFD only labels a MIG strategy, which it does for GPUs in either mode.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.links.driver_graphics import graphics_missing
 from gpuchain.doctor.links.host_plugin import check_driver_under_host_plugin
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
+from gpuchain.doctor.snapshot import mig_in_use
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.operator.operands import DRIVER
 
 #: GFD's label of the node's full driver version.
 DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
-#: The node's MIG strategy (none, single, mixed), as GFD and the operator label it.
-MIG_STRATEGY = "nvidia.com/mig.strategy"
 #: [first, fixed): the releases that hang allocation on MIG, and the first fixed one of the branch.
 HANG_ON_MIG = ((570, 0, 0), (570, 172, 8))
 
@@ -50,8 +49,10 @@ def _release_defects(ctx: Context, view: NodeView) -> Result:
     """The driver link's checks, then a driver release known to hang GPU pods' allocation on this node's MIG."""
     result = check_driver_under_host_plugin(ctx, view)
     version = _version(view.labels.get(DRIVER_FULL, ""))
-    mig = view.labels.get(MIG_STRATEGY, "none") not in ("", "none")
-    if result.state is LinkState.BROKEN or version is None or not mig or not HANG_ON_MIG[0] <= version < HANG_ON_MIG[1]:
+    if result.state is LinkState.BROKEN or version is None or not HANG_ON_MIG[0] <= version < HANG_ON_MIG[1]:
+        return result
+    mig = mig_in_use(view.node)
+    if not mig:
         return result
     evented = {str((e.get("involvedObject") or {}).get("name")) for e in view.events}
     waiting = [
@@ -85,7 +86,7 @@ def _release_defects(ctx: Context, view: NodeView) -> Result:
         cause=f"driver {view.labels.get(DRIVER_FULL)} hangs the device plugin's allocation of MIG devices, so the "
         "kubelet never finishes setting up GPU pods on this node: they wait in ContainerCreating with no Event.",
         evidence=[
-            f"label {DRIVER_FULL}={view.labels.get(DRIVER_FULL)}; {MIG_STRATEGY}={view.labels.get(MIG_STRATEGY)}",
+            f"label {DRIVER_FULL}={view.labels.get(DRIVER_FULL)}; MIG on: {mig}",
             "GPU pods in ContainerCreating with no Event: "
             + ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in waiting[:5]),
             "NVIDIA/gpu-operator#1361 (fixed in 570.172.08, 580.65.06)",
