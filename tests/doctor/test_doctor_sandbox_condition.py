@@ -11,20 +11,24 @@ sandboxes, the runtime creates sandboxes and only its nvidia handler does not: t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from doctor.small_cluster import built
 
 from gpuchain.doctor import Severity
-from gpuchain.doctor.diagnose import diagnose
+from gpuchain.doctor.diagnose import diagnose, run_doctor
 from gpuchain.doctor.dump import read_dump, write_dump
 from gpuchain.doctor.model import Report
 from gpuchain.doctor.pods import sandbox_created
 from gpuchain.kube import EVENT, POD
 from gpuchain.kube.objects import READY_TO_START, Obj, name_of, namespace_of
 from gpuchain.sim.build import SimCluster
+from gpuchain.sim.shapes import no_sandbox
 
 #: Node b's runtime has no nvidia handler (the simulator renders its RuntimeClass pods without a sandbox).
+#: A healthy GPU Operator node.
+HEALTHY = "name: healthy\nstack: gpu-operator\nnodes:\n  - {name: a}\n"
 UNWIRED = "name: unwired\nstack: gpu-operator\nnodes:\n  - {name: a}\n  - {name: b, runtimeConfigured: false}\n"
 
 
@@ -82,3 +86,37 @@ def test_a_sandbox_is_read_from_the_condition_else_from_a_container_that_ran() -
     assert sandbox_created(_pod([], running)) is True
     assert sandbox_created(_pod([], {**waiting, "restartCount": 2})) is True
     assert sandbox_created(_pod([], waiting)) is None
+
+
+def _workload_without_sandbox(runtime_class: str) -> Callable[[SimCluster], None]:
+    """An edit: a GPU pod of ``runtime_class`` on node a that the kubelet says has no sandbox, its Events gone: the
+    operands started before the runtime lost its handler (kubernetes-sigs/kubespray#12277: a rerun rewrote
+    containerd's config under running pods), so only a pod created since shows it."""
+
+    def edit(sim: SimCluster) -> None:
+        _events_expired(sim)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "finetune-0", "namespace": "ml"},
+            "spec": {
+                "nodeName": "a",
+                "runtimeClassName": runtime_class,
+                "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.04-py3"}],
+            },
+        }
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+        pod["status"] = no_sandbox([], mains=["trainer"], ip="10.0.0.1")
+        sim.cluster.create(pod)
+
+    return edit
+
+
+def test_a_gpu_workload_of_nvidia_s_class_without_a_sandbox_beside_runc_pods_is_the_runtime_handler() -> None:
+    report = run_doctor((sim := built(HEALTHY, _workload_without_sandbox("nvidia"))).cluster, reader=sim.read_log)
+    assert _errors(report) == [("toolkit.runtime-not-configured", "a", "toolkit")]
+
+
+def test_a_workload_of_another_runtime_class_without_a_sandbox_is_not_the_toolkit() -> None:
+    report = run_doctor((sim := built(HEALTHY, _workload_without_sandbox("kata-qemu"))).cluster, reader=sim.read_log)
+    assert ("toolkit.runtime-not-configured", "a", "toolkit") not in _errors(report)

@@ -42,14 +42,26 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
     if said is not None:
         return [*lines[:3], said.entry.cite()], said.entry
     classed = [(pod, rc) for pod in view.pods if (rc := runtime_class_of(ctx, pod))]
+    # Workloads of NVIDIA's RuntimeClass that the kubelet says have no sandbox: where the operands started before the
+    # handler went (a config rewritten under running pods), only new pods show it. Another class's (Kata, gVisor) are
+    # not the toolkit's.
+    unsandboxed = [
+        (pod, rc)
+        for pod in view.workloads
+        if (pod.get("status") or {}).get("phase") == "Pending"
+        and sandbox_created(pod) is False
+        and (rc := runtime_class_of(ctx, pod))
+        and _nvidia_class(ctx, rc)
+    ]
     # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
     # Looked for once, and only where a pod of a RuntimeClass has none.
     witness = (
         next((p for p in (*view.pods, *view.workloads) if not runtime_class_of(ctx, p) and sandbox_created(p)), None)
-        if any(sandbox_created(pod) is False for pod, _ in classed)
+        if unsandboxed or any(sandbox_created(pod) is False for pod, _ in classed)
         else None
     )
-    for pod, rc in classed:
+    # A workload counts only beside that witness: without one, the runtime may create no sandbox at all.
+    for pod, rc in (*classed, *(unsandboxed if witness is not None else ())):
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         creating = any(
             ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
@@ -62,6 +74,12 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
         elif creating:
             lines.append(f"pod {name_of(pod)} (runtimeClassName {rc}) stuck in ContainerCreating")
     return lines[:3], None
+
+
+def _nvidia_class(ctx: Context, rc: str) -> bool:
+    """Is ``rc`` a RuntimeClass of NVIDIA's runtime: the stack's own, or one named for a handler the toolkit writes
+    (nvidia, nvidia-cdi, nvidia-legacy)."""
+    return rc == ctx.policy.operator.runtime_class or rc.startswith(RUNTIME_CLASS_HANDLER)
 
 
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
