@@ -27,7 +27,7 @@ from gpuchain.doctor.links.aks_engine import NO_PLUGIN, provisioned_without_driv
 from gpuchain.doctor.links.bundled_runc import FINDING as BUNDLED_RUNC
 from gpuchain.doctor.links.bundled_runc import runc_release_defect
 from gpuchain.doctor.links.common import DRIVER_VERSION, Result, opted_out
-from gpuchain.doctor.links.default_left import default_left
+from gpuchain.doctor.links.default_left import default_left, default_off_gpu_nodes
 from gpuchain.doctor.links.device_plugin import check_device_plugin, plugin_off_gpu_nodes
 from gpuchain.doctor.links.driver import skew_target
 from gpuchain.doctor.links.driver_defects import check_driver_defects
@@ -324,6 +324,7 @@ def _policy_findings(ctx: Context) -> list[Finding]:
             ),
             *hosted,
             *default_left(ctx),
+            *default_off_gpu_nodes(ctx),
         ]
     if ctx.policy_obj is None and stack.policy_resource and "clusterpolicies" not in ctx.snapshot.absent:
         install = _install(stack.chart or CHARTS["gpuchain"], stack.namespace, upgrade=True)
@@ -661,6 +662,7 @@ def diagnose(snapshot: Snapshot) -> Report:
         findings = _policy_findings(ctx) + nothing_placed(ctx)
         findings += [f for c in chains for f in c.findings]
         findings += [dataclasses.replace(f, root=True) for f in plugin_off_gpu_nodes(ctx)]
+        findings += default_off_gpu_nodes(ctx)
         findings += failing_nfd(ctx, findings)
         findings += _version_skew(ctx)
         findings += dra_conflicts(snapshot, ctx.stack)

@@ -18,9 +18,11 @@ from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import distribution_of
+from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import start_refused
+from gpuchain.doctor.stacks.base import is_gpu_node
 from gpuchain.kube.gpu_resources import pod_gpu_requests
-from gpuchain.kube.objects import labels_of, name_of, namespace_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
 #: The NVIDIA hook's words in a runtime's refusal (nvidia-container-cli, also as its .real binary, or the hook).
 NVIDIA_HOOK = re.compile(r"nvidia-container-(cli(\.real)?|runtime-hook)\b[^:]*:", re.IGNORECASE)
@@ -45,35 +47,77 @@ def _refused(view: NodeView) -> list[tuple[str, str]]:
 
 def default_left(ctx: Context) -> list[Finding]:
     """A toolkit finding for each GPU node whose pods without GPUs the NVIDIA hook refuses, where no GPU stack runs."""
+    cause = (
+        "containerd on this node runs every container with the nvidia runtime (its default), though no GPU stack "
+        "runs in the cluster any more: pods that ask for no GPU go through the NVIDIA hook, which fails without the "
+        "driver, so they never start."
+    )
+    found = [(view, refused) for view in ctx.views if (refused := _refused(view))]
+    return [
+        _finding(ctx, view, refused, cause, "no GPU stack (operator, device plugin) in the cluster")
+        for view, refused in found
+    ]
+
+
+def default_off_gpu_nodes(ctx: Context) -> list[Finding]:
+    """A toolkit finding for each node with no NVIDIA GPU whose pods without GPUs the NVIDIA hook refuses, whatever
+    stack runs: nvidia is that node's default runtime (set there by hand, by a config management run meant for the GPU
+    nodes, or by a toolkit placed on it), and with no driver on the node its hook refuses every container
+    (nvidia-container-cli: "driver not loaded", "driver error"), as Project-HAMi/HAMi#715's control-plane node shows.
+    The GPU nodes' own pods are the walk's."""
+    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+    if not others:
+        return []
+    on: dict[str, list[Obj]] = {}
+    for pod in ctx.snapshot.pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in others and start_refused(pod):
+            owner = owner_ds(pod)
+            # a GPU operand the stack placed here is the placement's finding (device-plugin.off-gpu-node)
+            if owner and ctx.stack.operands_in(namespace_of(pod), owner):
+                continue
+            on.setdefault(str(node), []).append(pod)
     out = []
-    for view in ctx.views:
+    for node, pods in sorted(on.items()):
+        view = NodeView(
+            name=node, node=others[node], labels=labels_of(others[node]), operand_pods={}, workloads=pods, events=[]
+        )
         refused = _refused(view)
-        if not refused:
-            continue
-        microk8s = labels_of(view.node).get(MICROK8S) == "true"
-        dist = distribution_of(view.node)
-        config = MICROK8S_CONFIG if microk8s else dist.containerd_config
-        restart = MICROK8S_RESTART if microk8s else dist.restart
-        action = (
-            f'set default_runtime_name = "runc" in the [plugins."io.containerd.grpc.v1.cri".containerd] section of '
-            f"{config} (the nvidia runtime a former GPU stack made the default; or restore the file it backed up), "
-            f"then {restart}, then delete the refused pods"
-        )
-        fix = Fix(FixOp.NODE, view.name, {"action": action, NOT_SIMULATED: "containerd's default runtime is no fact"})
-        found = node_finding(
-            view,
-            fid="toolkit.default-runtime-left",
-            sev=Severity.ERROR,
-            link="toolkit",
-            cause="containerd on this node runs every container with the nvidia runtime (its default), though no "
-            "GPU stack runs in the cluster any more: pods that ask for no GPU go through the NVIDIA hook, which "
-            "fails without the driver, so they never start.",
-            evidence=[
-                *(f"pod {ref} (no GPU, no runtimeClassName) refused: {said[:240]}" for ref, said in refused[:3]),
-                "no GPU stack (operator, device plugin) in the cluster",
-            ],
-            fix=ctx.stack.render(fix),
-            action=fix,
-        )
-        out.append(dataclasses.replace(found, root=True))
+        if refused:
+            cause = (
+                "containerd on this node, which has no NVIDIA GPU, runs every container with the nvidia runtime (its "
+                "default): pods that ask for no GPU go through the NVIDIA hook, which finds no driver here, so they "
+                "never start. The NVIDIA runtime belongs on the GPU nodes only."
+            )
+            out.append(
+                _finding(ctx, view, refused, cause, "the node announces no NVIDIA GPU (no GPU label or capacity)")
+            )
     return out
+
+
+def _finding(ctx: Context, view: NodeView, refused: list[tuple[str, str]], cause: str, why: str) -> Finding:
+    """The toolkit finding on ``view``'s node: its containerd's default runtime back to runc, then the refused pods."""
+    microk8s = labels_of(view.node).get(MICROK8S) == "true"
+    dist = distribution_of(view.node)
+    config = MICROK8S_CONFIG if microk8s else dist.containerd_config
+    restart = MICROK8S_RESTART if microk8s else dist.restart
+    action = (
+        f'set default_runtime_name = "runc" in the [plugins."io.containerd.grpc.v1.cri".containerd] section of '
+        f"{config} (the nvidia runtime a GPU stack or a config run made the default; or restore the file it backed "
+        f"up), then {restart}, then delete the refused pods"
+    )
+    fix = Fix(FixOp.NODE, view.name, {"action": action, NOT_SIMULATED: "containerd's default runtime is no fact"})
+    found = node_finding(
+        view,
+        fid="toolkit.default-runtime-left",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause=cause,
+        evidence=[
+            *(f"pod {ref} (no GPU, no runtimeClassName) refused: {said[:240]}" for ref, said in refused[:3]),
+            why,
+        ],
+        fix=ctx.stack.render(fix),
+        action=fix,
+    )
+    return dataclasses.replace(found, root=True)
