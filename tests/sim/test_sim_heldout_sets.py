@@ -67,6 +67,7 @@ ORDER = (
     "heldout48",
     "heldout49",
     "heldout50",
+    "heldout51",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -110,7 +111,10 @@ BESIDE = {
 #: resolution in small projects' trackers (a one-person LLM operator, a community chart catalogue), each used in both
 #: two-fault cases, and three descriptions of working clusters, the homelab repositories' GPU reports it found being
 #: even-numbered pull requests or cited; heldout50 4: its writer found no uncited forum, Q&A or one-cluster page with
-#: a Kubernetes GPU failure and a readable fix in the stored pages, only four descriptions of working clusters).
+#: a Kubernetes GPU failure and a readable fix in the stored pages, only four descriptions of working clusters; heldout51
+#: 6: its writer found three uncited, odd-numbered reports with a readable resolution in the Kubernetes, runtime,
+#: GPU-sharing and batch-operator trackers (two HAMi issues and a Koordinator question), two of them used in both
+#: two-fault cases, and three descriptions of working clusters from two pages).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -140,6 +144,7 @@ SMALLER = {
     "heldout48": 6,
     "heldout49": 5,
     "heldout50": 4,
+    "heldout51": 6,
 }
 #: Sets with no fault case at all, so no two-fault case: heldout50's writer found no uncited forum, Q&A or one-cluster
 #: page with a Kubernetes GPU failure and a readable fix in its share, only descriptions of working clusters; such a
