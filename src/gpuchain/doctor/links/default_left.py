@@ -74,7 +74,7 @@ def default_off_gpu_nodes(ctx: Context) -> list[Finding]:
         if node in others and start_refused(pod):
             owner = owner_ds(pod)
             # a GPU operand the stack placed here is the placement's finding (device-plugin.off-gpu-node)
-            if owner and ctx.stack.operands_in(namespace_of(pod), owner):
+            if owner and ctx.stack.operands_in(namespace_of(pod) or "", owner):
                 continue
             on.setdefault(str(node), []).append(pod)
     out = []
