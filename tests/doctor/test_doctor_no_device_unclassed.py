@@ -78,3 +78,54 @@ def test_a_toolkit_left_default_is_not_read_as_missing_the_runtime() -> None:
 def test_a_healthy_pod_under_the_same_toolkit_stays_quiet() -> None:
     report = diagnosed(cluster("gpu-operator", "infer-3"), toolkit("false"), classed, said("infer-3", "L4 ready\n"))
     assert [f for f in report.findings if f.severity is Severity.ERROR] == []
+
+
+#: The loader's words when a container's process needs libcuda and the runtime gave it none (glibc elf/dl-load.c).
+NO_LIBCUDA = (
+    "sleep: error while loading shared libraries: libcuda.so.1: cannot open shared object file: No such file or "
+    "directory\n"
+)
+
+
+def crashing(node: str, text: str) -> dict[str, Any]:
+    """The infer pod on ``node`` exiting 127 on ``text``, again and again."""
+    last = {"terminated": "Error", "exitCode": 127}
+    return {
+        **said(node, text),
+        "containers": [{"name": "main", "restarts": 5, "state": {"waiting": "CrashLoopBackOff"}, "last": last}],
+    }
+
+
+def asking(resources: dict[str, str]) -> Any:
+    """An edit: the infer pods ask for ``resources`` only, as a GPU-sharing scheduler's pods do."""
+
+    def edit(sim: SimCluster) -> None:
+        for pod in sim.cluster.list(POD, namespace="serve"):
+            containers = [{**c, "resources": {"limits": resources}} for c in pod["spec"]["containers"]]
+            sim.cluster.patch(
+                POD, name=pod["metadata"]["name"], namespace="serve", patch={"spec": {"containers": containers}}
+            )
+
+    return edit
+
+
+def test_a_shared_gpu_pod_without_a_runtime_class_and_no_libcuda_is_the_runtime_class() -> None:
+    """koordinator-sh/koordinator#2781: a pod given part of a GPU by Koordinator's device plugin (HAMi-core), under
+    runc, finds no libcuda."""
+    koordinator = {
+        "koordinator.sh/gpu.shared": "1",
+        "koordinator.sh/gpu-core": "50",
+        "koordinator.sh/gpu-memory": "4Gi",
+    }
+    report = diagnosed(
+        cluster("gpu-operator", "infer-3"), toolkit("false"), asking(koordinator), crashing("infer-3", NO_LIBCUDA)
+    )
+    (found,) = [f for f in report.findings if f.id == "workload.no-driver-in-pod"]
+    assert found.node == "infer-3" and found.link == "toolkit" and '"runtimeClassName":"nvidia"' in found.fix
+
+
+def test_a_pod_asking_for_no_gpu_at_all_is_not_read_as_missing_the_runtime() -> None:
+    report = diagnosed(
+        cluster("gpu-operator", "infer-3"), toolkit("false"), asking({"cpu": "4"}), crashing("infer-3", NO_LIBCUDA)
+    )
+    assert not [f for f in report.findings if f.id == "workload.no-driver-in-pod"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuchain.kube.gpu_resources import is_gpu_resource, node_gpu_resources, pod_gpu_requests, uses_gpus
+from gpuchain.kube.gpu_resources import is_gpu_resource, node_gpu_resources, pod_gpu_requests, shares_a_gpu, uses_gpus
 
 
 def _container(name: str, limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -95,3 +95,16 @@ def test_a_pod_asking_for_no_gpu_or_zero_does_not_use_gpus() -> None:
     assert not uses_gpus(_pod([_container("app", {"cpu": "1", "nvidia.com/hostdev": "1"})]))
     assert not uses_gpus(_pod([_container("app", {"nvidia.com/gpu": "0"})]))
     assert pod_gpu_requests({}) == {}
+
+
+def test_a_pod_asking_a_sharing_scheduler_for_part_of_a_gpu_shares_one() -> None:
+    koordinator = {
+        "koordinator.sh/gpu.shared": "1",
+        "koordinator.sh/gpu-core": "50",
+        "koordinator.sh/gpu-memory": "3724Mi",
+    }
+    assert shares_a_gpu(_pod([_container("main", koordinator)]))
+    assert pod_gpu_requests(_pod([_container("main", koordinator)])) == {}
+    assert shares_a_gpu(_pod([_container("main", {"aliyun.com/gpu-mem": "4"})]))
+    assert not shares_a_gpu(_pod([_container("main", {"cpu": "4", "memory": "2Gi", "nvidia.com/hostdev": "1"})]))
+    assert not shares_a_gpu(_pod([_container("main", {"koordinator.sh/gpu.shared": "0"})]))

@@ -96,6 +96,21 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return dict(_pod_requests(pod))
 
 
+def shares_a_gpu(pod: Mapping[str, Any]) -> bool:
+    """Does ``pod`` ask a GPU-sharing scheduler's device plugin for part of a GPU: an extended resource of another
+    domain whose name says gpu (Koordinator's ``koordinator.sh/gpu.shared``, ``gpu-core`` and ``gpu-memory``, ACK's
+    ``aliyun.com/gpu-mem``, Volcano's ``volcano.sh/vgpu-number``), which `pod_gpu_requests` does not count as a whole
+    GPU. Such a plugin hands the pod a GPU on an NVIDIA node all the same, so what its container lacks of the driver
+    is read as a GPU pod's."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for name, quantity in (*(resources.get("limits") or {}).items(), *(resources.get("requests") or {}).items()):
+            domain, _, resource = str(name).partition("/")
+            if "gpu" in resource.lower() and not domain.endswith("kubernetes.io") and str(quantity) != "0":
+                return True
+    return False
+
+
 @remembered
 def _pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """`pod_gpu_requests`, worked out once per pod in a diagnosis (its checks ask some seven times a GPU pod)."""

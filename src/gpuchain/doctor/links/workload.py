@@ -39,7 +39,7 @@ from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import showing
 from gpuchain.doctor.scheduling import Owner, owner_of, patch_fix
-from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests, shares_a_gpu
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOOLKIT
 
@@ -287,7 +287,7 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     # And CUDA's "no CUDA-capable device" there is no device node: runc does not act on NVIDIA_VISIBLE_DEVICES.
     words = (*NO_DRIVER_IN_POD, *((*ALSO_NO_LIBRARY, *NO_GPU) if keeps_runc_default(ctx, view=view) else ()))
     for pod in apps:
-        if not pod_gpu_requests(pod) or (pod.get("spec") or {}).get("runtimeClassName"):
+        if not (pod_gpu_requests(pod) or shares_a_gpu(pod)) or (pod.get("spec") or {}).get("runtimeClassName"):
             continue
         found = catalog.find(said_by(ctx, pod), *words)
         if found is not None:
