@@ -114,3 +114,45 @@ def test_applied_the_label_leaves_the_node_to_hamis_plugin_alone() -> None:
             sim.cluster.delete(POD, name=name_of(pod), namespace=namespace_of(pod))
     after = run_doctor(sim.cluster, reader=sim.read_log)
     assert not [f for f in after.findings if f.id == "device-plugin.duplicate-resource"]
+
+
+#: NVIDIA's plugin code in HAMi's image, finding no NVML in its container (k8s-device-plugin internal/rm/factory.go).
+NO_NVML = (
+    "I0627 07:24:10.122031       1 factory.go:107] Detected non-NVML platform: could not load NVML library: "
+    "libnvidia-ml.so.1: cannot open shared object file: No such file or directory\n"
+)
+GKE = "name: t\nstack: gke\nnodes:\n  - {name: gke-pool-a1b2, preset: t4-x4, labels: {gpu: 'on'}}\n"
+
+
+def _crashing(node: str, log: str) -> dict[str, Any]:
+    """HAMi's plugin on ``node`` exiting at every start with ``log``."""
+    looping = {"name": "device-plugin", "restarts": 14, "state": {"waiting": "CrashLoopBackOff"}}
+    looping["last"] = {"terminated": "Error", "exitCode": 1}
+    running = {"name": "vgpu-monitor", "state": {"running": True}}
+    return {
+        "do": "pod",
+        "daemonset": "hami-device-plugin",
+        "namespace": "kube-system",
+        "node": node,
+        "containers": [looping, running],
+        "logs": {"device-plugin": log},
+    }
+
+
+def test_hami_without_nvml_on_gke_mounts_the_node_images_driver_directory() -> None:
+    """Project-HAMi/HAMi#1153: GKE installs the driver under /home/kubernetes/bin/nvidia and no NVIDIA toolkit
+    injects it, so HAMi's plugin finds no NVML until its DaemonSet mounts that directory, as GKE's own plugin does."""
+    report = diagnosed(
+        GKE, _hami(["gke-pool-a1b2"]), _capacity("gke-pool-a1b2", 4), _crashing("gke-pool-a1b2", NO_NVML)
+    )
+    (root,) = _roots(report)
+    assert (root.id, root.link, root.node) == ("device-plugin.not-ready", "device-plugin", "gke-pool-a1b2")
+    assert root.action is not None and root.action.op is FixOp.PATCH_DAEMONSET
+    assert root.action.target == "kube-system/hami-device-plugin"
+    assert "/home/kubernetes/bin/nvidia" in root.fix and "LD_LIBRARY_PATH" in root.fix
+
+
+def test_hami_without_nvml_where_the_stack_keeps_no_driver_directory_is_not_told_to_mount_one() -> None:
+    report = diagnosed(OPERATOR, _hami(["dgx-03"]), _capacity("dgx-03", 8), _crashing("dgx-03", NO_NVML))
+    assert not any("/home/kubernetes/bin/nvidia" in f.fix for f in report.findings)
+    assert "device-plugin.duplicate-resource" in report.ids

@@ -34,6 +34,7 @@ from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
 from gpuchain.doctor.probe_monitor import monitor_log_candidates
 from gpuchain.doctor.ready_gpu_logs import probe_kept, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
+from gpuchain.doctor.stacks.hami import is_hami_plugin
 from gpuchain.doctor.stacks.sandbox import sandbox_log_candidates
 from gpuchain.doctor.structs import LogKey, Scrape, Snapshot
 from gpuchain.doctor.unallocated import running_unrequested
@@ -213,6 +214,15 @@ def gather(
     )
 
 
+def _looping(status: Obj) -> list[Obj]:
+    """The containers of a pod's status that crash in a loop and left no message of their last run."""
+    return [
+        cs
+        for cs in status.get("containerStatuses") or ()
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff" and not _last_message(cs)
+    ]
+
+
 def _kubevirt_plugin(pod: Obj) -> bool:
     """Is ``pod`` NVIDIA's KubeVirt GPU device plugin (its image, nvcr.io/nvidia/kubevirt-gpu-device-plugin)?"""
     return any(
@@ -379,15 +389,14 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
         elif _kubevirt_plugin(pod):
             # NVIDIA's KubeVirt GPU device plugin deployed on its own (no stack operand): a crash-looping one's log is
             # its failure (the loader refusing its binary, ...), and nothing else says it.
-            crashing += [
-                ((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs)
-                for cs in status.get("containerStatuses") or []
-                if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
-                and not _last_message(cs)
-            ]
+            crashing += [((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs) for cs in _looping(status)]
             if nodes_by_name is None:
                 nodes_by_name = {str(n.get("metadata", {}).get("name")): n for n in snapshot.nodes}
             passthrough += vm_plugin_log(pod, nodes_by_name)
+        elif (looping := _looping(status)) and is_hami_plugin(pod):
+            # HAMi's device plugin beside a stack that does not run it: a crash-looping one's log says why it serves
+            # nothing (no NVML in its container where a node image keeps the driver in a directory of its own, ...).
+            crashing += [((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs) for cs in looping]
         where = str(namespace or "default")
         if where in (stack.namespace, "kube-system"):
             continue

@@ -23,11 +23,14 @@ import re
 from collections.abc import Callable
 
 from gpuchain.common.remember import remembered
+from gpuchain.doctor import catalog
 from gpuchain.doctor.bottlerocket import away_from
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import Result, node_finding
+from gpuchain.doctor.links.common import Known, Result, node_finding, said_by
+from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_daemonset, owner_ds
+from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.stacks.base import images_of
 from gpuchain.doctor.stacks.hami import is_hami_plugin
 from gpuchain.kube.gpu_resources import node_gpu_resources
@@ -154,6 +157,9 @@ def beside_another_plugin(check: Check) -> Check:
             return check(ctx, view)
         name, plugins = clash
         (kept, kept_pod, kept_who), *others = _kept_first(ctx, plugins)
+        unmounted = _driver_unmounted(ctx, view, ds=kept, pod=kept_pod, who=kept_who)
+        if unmounted is not None:
+            return unmounted
         off, _, who = others[0]
         action, does = _turn_off(ctx, view, off=off, kept=kept, who=who)
         hami = is_hami_plugin(kept)
@@ -184,3 +190,44 @@ def beside_another_plugin(check: Check) -> Check:
         return Result(LinkState.BROKEN, f"two device plugins register {name}", (finding,))
 
     return checked
+
+
+#: The words of a plugin that finds no NVML library in its container (catalog.yaml: the loader's, NVML's, go-nvlib's).
+NO_NVML = ("loader.no-driver-library", "nvml.library-not-found", "go-nvlib.nvml-not-loaded")
+#: Where a plugin of another release is given a node image's driver in its container, as the node image's own plugin
+#: has it (GKE's: /home/kubernetes/bin/nvidia mounted at /usr/local/nvidia, its lib64 on LD_LIBRARY_PATH).
+DRIVER_IN_POD = "/usr/local/nvidia"
+
+
+def _driver_unmounted(ctx: Context, view: NodeView, *, ds: Obj, pod: Obj, who: str) -> Result | None:
+    """The plugin a user added beside the node image's own, failing to load NVML: the node image installs the driver
+    under a host directory of its own (``driver_root``, no NVIDIA container toolkit injects it), which only its own
+    plugin mounts (Project-HAMi/HAMi#1153 on GKE). Until the added plugin mounts it, it serves nothing, so that is
+    the repair before the two plugins' shared name."""
+    root = ctx.stack.driver_root
+    if not root or name_of(ds) == ctx.ds(DEVICE_PLUGIN):
+        return None
+    state = pod_state(pod)
+    if not state.failing:
+        return None
+    found = catalog.find(said_by(ctx, pod), *NO_NVML)
+    volumes = ((((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes")) or []
+    if found is None or any((v.get("hostPath") or {}).get("path", "").rstrip("/") == root for v in volumes):
+        return None
+    mount = {"name": "nvidia-install-dir-host", "mountPath": DRIVER_IN_POD}
+    env = {"name": "LD_LIBRARY_PATH", "value": f"{DRIVER_IN_POD}/lib64"}
+    container = {"name": state.container, "volumeMounts": [mount], "env": [env]}
+    volume = {"name": "nvidia-install-dir-host", "hostPath": {"path": root}}
+    patch = {"spec": {"template": {"spec": {"volumes": [volume], "containers": [container]}}}}
+    action = Fix(FixOp.PATCH_DAEMONSET, f"{namespace_of(ds)}/{name_of(ds)}", patch)
+    known = Known(
+        cause=f"{who} ({name_of(ds)}) cannot load NVML: {ctx.stack.title} installs the driver under {root} on the "
+        "host, where no NVIDIA container toolkit injects it into containers, and only the node image's own plugin "
+        "mounts it; this plugin serves no GPU until it does.",
+        evidence=(*found.evidence(f"{who} says"), f"DaemonSet {namespace_of(ds)}/{name_of(ds)} mounts no {root}"),
+        action=action,
+        fix=ctx.stack.render(action)
+        + f"   # the host's {root} at {DRIVER_IN_POD} with its lib64 on LD_LIBRARY_PATH, as the node image's own "
+        f"plugin has it; then delete pod {name_of(pod)}",
+    )
+    return known_not_ready(view, link="device-plugin", what=f"{who} pod", state=state, known=known)
