@@ -120,3 +120,41 @@ def test_a_gpu_workload_of_nvidia_s_class_without_a_sandbox_beside_runc_pods_is_
 def test_a_workload_of_another_runtime_class_without_a_sandbox_is_not_the_toolkit() -> None:
     report = run_doctor((sim := built(HEALTHY, _workload_without_sandbox("kata-qemu"))).cluster, reader=sim.read_log)
     assert ("toolkit.runtime-not-configured", "a", "toolkit") not in _errors(report)
+
+
+def _old_kubelet(sim: SimCluster) -> None:
+    """Every Event gone and no PodReadyToStartContainers, as a kubelet before 1.29 writes pods (its gate was off)."""
+    _events_expired(sim)
+    for pod in sim.cluster.list(POD):
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] != READY_TO_START]
+        sim.cluster.patch_status(POD, name=name_of(pod), namespace=namespace_of(pod), status={"conditions": conditions})
+
+
+def test_before_the_condition_operand_pods_that_started_nothing_beside_their_image_run_under_runc_are_the_handler() -> (
+    None
+):
+    """NVIDIA/gpu-operator#730's state on a kubelet of 1.23 (kops), its Events expired: every operand pod of the
+    nvidia class waits before its first container, whose validator image the toolkit pod already ran under runc."""
+    report = run_doctor((sim := built(UNWIRED, _old_kubelet)).cluster, reader=sim.read_log)
+    assert _errors(report) == [("toolkit.runtime-not-configured", "b", "toolkit")]
+    (root,) = [f for f in report.findings if f.root and f.severity is Severity.ERROR]
+    assert any("started no container, though its first image" in e for e in root.evidence)
+
+
+def test_one_operand_pod_that_started_nothing_while_the_others_run_is_not_the_handler() -> None:
+    """A volume the device plugin alone waits for (its config's ConfigMap, gone) holds only that pod."""
+
+    def plugin_waits(sim: SimCluster) -> None:
+        _old_kubelet(sim)
+        pod = next(
+            p
+            for p in sim.cluster.list(POD)
+            if p["spec"].get("nodeName") == "a" and name_of(p).startswith("nvidia-device-plugin-daemonset-")
+        )
+        inits = [c["name"] for c in pod["spec"].get("initContainers") or []]
+        status = no_sandbox(inits, mains=[c["name"] for c in pod["spec"]["containers"]], ip="10.0.0.1")
+        status["conditions"] = [c for c in status["conditions"] if c["type"] != READY_TO_START]
+        sim.cluster.patch_status(POD, name=name_of(pod), namespace=namespace_of(pod), status=status)
+
+    report = run_doctor((sim := built(HEALTHY, plugin_waits)).cluster, reader=sim.read_log)
+    assert ("toolkit.runtime-not-configured", "a", "toolkit") not in _errors(report)

@@ -73,7 +73,66 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
             )
         elif creating:
             lines.append(f"pod {name_of(pod)} (runtimeClassName {rc}) stuck in ContainerCreating")
+    if not lines and witness is None:
+        lines = _never_started(ctx, view, classed)
     return lines[:3], None
+
+
+#: The kubelet's waiting reasons for a container it has not created yet (kubelet_pods.go
+#: convertToAPIContainerStatuses: ContainerCreating, PodInitializing where the pod has init containers).
+NOT_CREATED_YET = ("ContainerCreating", "PodInitializing")
+
+
+def _first_image(pod: Obj) -> str:
+    """The image of the container the kubelet starts first in ``pod``: its first init container's, else its first
+    container's."""
+    spec = pod.get("spec") or {}
+    first = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])][:1]
+    return str(first[0].get("image", "")) if first else ""
+
+
+def _stuck_before_start(pod: Obj) -> bool:
+    """Has the kubelet created none of ``pod``'s containers: each waits with its default reason and none ever ran."""
+    status = pod.get("status") or {}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return bool(statuses) and all(
+        ((cs.get("state") or {}).get("waiting") or {}).get("reason") in NOT_CREATED_YET
+        and not cs.get("restartCount")
+        and not cs.get("lastState")
+        for cs in statuses
+    )
+
+
+def _never_started(ctx: Context, view: NodeView, classed: list[tuple[Obj, str]]) -> list[str]:
+    """Pods of a RuntimeClass without a sandbox, where the kubelet writes no PodReadyToStartContainers (before 1.29)
+    and no Event is left: every such operand pod on the node (at least two) started no container, while the image
+    the first of them needs already ran here under the default runtime. No image pull holds them then, and no one
+    pod's volume holds them all: the runtime made none of their sandboxes (`sim.shapes.no_sandbox`, as the real
+    kubelet writes it in tests/peers/test_real_node_sandbox.py)."""
+    if len(classed) < 2 or not all(_stuck_before_start(pod) for pod, _ in classed):
+        return []
+    ran: dict[str, str] = {}
+    for pod in (*view.pods, *view.workloads):
+        if runtime_class_of(ctx, pod) or sandbox_created(pod) is not True:
+            continue
+        spec = pod.get("spec") or {}
+        images = {
+            str(c.get("name")): str(c.get("image", ""))
+            for c in (*(spec.get("initContainers") or []), *(spec.get("containers") or []))
+        }
+        status = pod.get("status") or {}
+        for cs in (*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])):
+            if "waiting" not in (cs.get("state") or {"waiting": {}}) or cs.get("lastState"):
+                ran.setdefault(images.get(str(cs.get("name")), ""), name_of(pod))
+    ran.pop("", None)
+    pulled = [(pod, rc, image) for pod, rc in classed if (image := _first_image(pod)) in ran]
+    if not pulled:
+        return []
+    return [
+        f"pod {name_of(pod)} (runtimeClassName {rc}) started no container, though its first image {image} already ran "
+        f"on this node under the default runtime (pod {ran[image]}): it has no sandbox"
+        for pod, rc, image in pulled
+    ]
 
 
 def _nvidia_class(ctx: Context, rc: str) -> bool:
