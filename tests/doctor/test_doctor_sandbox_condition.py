@@ -88,37 +88,37 @@ def test_a_sandbox_is_read_from_the_condition_else_from_a_container_that_ran() -
     assert sandbox_created(_pod([], waiting)) is None
 
 
-def _workload_without_sandbox(runtime_class: str) -> Callable[[SimCluster], None]:
-    """An edit: a GPU pod of ``runtime_class`` on node a that the kubelet says has no sandbox, its Events gone: the
-    operands started before the runtime lost its handler (kubernetes-sigs/kubespray#12277: a rerun rewrote
-    containerd's config under running pods), so only a pod created since shows it."""
+def _workloads_without_sandbox(runtime_class: str, count: int = 2) -> Callable[[SimCluster], None]:
+    """An edit: ``count`` GPU pods of ``runtime_class`` on node a that the kubelet says have no sandbox, their Events
+    gone: the operands started before the runtime lost its handler (kubernetes-sigs/kubespray#12277: a rerun rewrote
+    containerd's config under running pods), so only pods created since show it."""
 
     def edit(sim: SimCluster) -> None:
         _events_expired(sim)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "finetune-0", "namespace": "ml"},
-            "spec": {
-                "nodeName": "a",
-                "runtimeClassName": runtime_class,
-                "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.04-py3"}],
-            },
-        }
-        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-        pod["status"] = no_sandbox([], mains=["trainer"], ip="10.0.0.1")
-        sim.cluster.create(pod)
+        for i in range(count):
+            container = {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.04-py3"}
+            container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+            spec = {"nodeName": "a", "runtimeClassName": runtime_class, "containers": [container]}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"finetune-{i}", "namespace": "ml"}}
+            pod |= {"spec": spec, "status": no_sandbox([], mains=["trainer"], ip="10.0.0.1")}
+            sim.cluster.create(pod)
 
     return edit
 
 
-def test_a_gpu_workload_of_nvidia_s_class_without_a_sandbox_beside_runc_pods_is_the_runtime_handler() -> None:
-    report = run_doctor((sim := built(HEALTHY, _workload_without_sandbox("nvidia"))).cluster, reader=sim.read_log)
+def test_gpu_workloads_of_nvidia_s_class_without_a_sandbox_beside_runc_pods_are_the_runtime_handler() -> None:
+    report = run_doctor((sim := built(HEALTHY, _workloads_without_sandbox("nvidia"))).cluster, reader=sim.read_log)
     assert _errors(report) == [("toolkit.runtime-not-configured", "a", "toolkit")]
 
 
+def test_one_workload_without_a_sandbox_beside_operands_of_the_class_that_have_theirs_is_not_the_handler() -> None:
+    """A volume the pod alone waits for (a claim not attached, its Event gone) holds it without a sandbox too."""
+    report = run_doctor((sim := built(HEALTHY, _workloads_without_sandbox("nvidia", 1))).cluster, reader=sim.read_log)
+    assert ("toolkit.runtime-not-configured", "a", "toolkit") not in _errors(report)
+
+
 def test_a_workload_of_another_runtime_class_without_a_sandbox_is_not_the_toolkit() -> None:
-    report = run_doctor((sim := built(HEALTHY, _workload_without_sandbox("kata-qemu"))).cluster, reader=sim.read_log)
+    report = run_doctor((sim := built(HEALTHY, _workloads_without_sandbox("kata-qemu"))).cluster, reader=sim.read_log)
     assert ("toolkit.runtime-not-configured", "a", "toolkit") not in _errors(report)
 
 

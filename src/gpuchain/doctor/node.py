@@ -531,6 +531,9 @@ def _kubelet_socket_unseen(ctx: Context, view: NodeView) -> Finding | None:
 #: The kubelet's Event when the runtime cannot create a pod's sandbox (kubernetes pkg/kubelet/events
 #: FailedCreatePodSandBox; kuberuntime_manager.go: "Failed to create pod sandbox: %v").
 SANDBOX_FAILED = "FailedCreatePodSandBox"
+#: The kubelet's Events for a pod whose volumes it cannot mount or attach yet (pkg/kubelet/volumemanager): it makes no
+#: sandbox until they are (pkg/kubelet/kubelet.go@v1.37.2 SyncPod waits for them before the runtime's SyncPod).
+VOLUME_WAITS = ("FailedMount", "FailedAttachVolume")
 #: The runtime's words for a missing nvidia handler (catalog.yaml: containerd's CRI, CRI-O): the toolkit link reads
 #: those itself (links/toolkit.py runtime_evidence).
 NVIDIA_HANDLER = (

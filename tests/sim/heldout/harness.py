@@ -29,7 +29,7 @@ import yaml
 
 from gpuchain.doctor.diagnose import run_doctor
 from gpuchain.doctor.model import Finding, Report, Severity
-from gpuchain.doctor.node import SANDBOX_FAILED
+from gpuchain.doctor.node import SANDBOX_FAILED, VOLUME_WAITS
 from gpuchain.doctor.pods import sandbox_created
 from gpuchain.doctor.releases import version_of
 from gpuchain.kube import DAEMONSET, EVENT, NODE, POD, KubeError, MemoryCluster
@@ -401,19 +401,24 @@ def _ready(pod: Obj) -> bool:
 READY_TO_START_SINCE = (1, 29)
 
 
+#: The kubelet's Event reasons for a pod it made no sandbox for: the runtime refused one, or a volume is not mounted
+#: yet (the kubelet makes no sandbox before the pod's volumes are, `gpuchain.doctor.node.VOLUME_WAITS`).
+NO_SANDBOX_YET = (SANDBOX_FAILED, *VOLUME_WAITS)
+
+
 def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
     """Each pod's conditions as the kubelet derives them from its containers' states (kubernetes
     pkg/kubelet/status/generate.go@v1.37.2: Initialized once every init container has exited 0 or, a restartable
     sidecar, started; ContainersReady and Ready once every container is ready), after a case's edits set those
     states: an edit writes containers, and the kubelet's conditions follow them, written by the simulator's own
-    ``kubelet_conditions``. A pod that a FailedCreatePodSandBox
+    ``kubelet_conditions``. A pod that a FailedCreatePodSandBox, FailedMount or FailedAttachVolume
     Event names and none of whose containers has started has no sandbox, which a kubelet of 1.29 or later says as
     PodReadyToStartContainers False; an older kubelet writes no such condition. Pods with no container status
     (never bound) keep theirs."""
     sandboxless = {
         (str((ev.get("involvedObject") or {}).get("namespace")), str((ev.get("involvedObject") or {}).get("name")))
         for ev in cluster.list(EVENT)
-        if ev.get("reason") == SANDBOX_FAILED
+        if ev.get("reason") in NO_SANDBOX_YET
     }
     kubelets = {
         n["metadata"]["name"]: version_of(str(n["status"].get("nodeInfo", {}).get("kubeletVersion", "")))

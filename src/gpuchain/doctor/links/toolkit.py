@@ -20,7 +20,14 @@ from gpuchain.doctor.links.runtime_handler import docker_handler_repair, missing
 from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.links.toolkit_torn_down import torn_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
-from gpuchain.doctor.node import NVIDIA_HANDLER, distribution_of, node_info, runtime_scheme, runtime_setup
+from gpuchain.doctor.node import (
+    NVIDIA_HANDLER,
+    VOLUME_WAITS,
+    distribution_of,
+    node_info,
+    runtime_scheme,
+    runtime_setup,
+)
 from gpuchain.doctor.owners import runtime_class_of
 from gpuchain.doctor.pods import PodState, init_done, pod_state, sandbox_created
 from gpuchain.doctor.releases import showing
@@ -53,26 +60,36 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
         and (rc := runtime_class_of(ctx, pod))
         and _nvidia_class(ctx, rc)
     ]
+    # Pods of a class without a sandbox, less those a volume holds (the kubelet makes no sandbox before a pod's volumes
+    # are mounted, and says so in an Event). Without that Event a volume only one pod waits for (its ConfigMap, gone)
+    # looks the same: one such pod beside pods of a class that have theirs proves nothing of the handler.
+    held = {str((e.get("involvedObject") or {}).get("name")) for e in view.events if e.get("reason") in VOLUME_WAITS}
+    lacking = [
+        (pod, rc) for pod, rc in (*classed, *unsandboxed) if sandbox_created(pod) is False and name_of(pod) not in held
+    ]
+    if len(lacking) < 2 and any(sandbox_created(pod) for pod, _ in classed):
+        lacking = []
     # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
-    # Looked for once, and only where a pod of a RuntimeClass has none.
+    # Looked for once, and only where a pod of a RuntimeClass has none. A workload counts only beside it: without
+    # one, the runtime may create no sandbox at all.
     witness = (
         next((p for p in (*view.pods, *view.workloads) if not runtime_class_of(ctx, p) and sandbox_created(p)), None)
-        if unsandboxed or any(sandbox_created(pod) is False for pod, _ in classed)
+        if lacking
         else None
     )
-    # A workload counts only beside that witness: without one, the runtime may create no sandbox at all.
-    for pod, rc in (*classed, *(unsandboxed if witness is not None else ())):
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        creating = any(
-            ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
-        )
-        if witness is not None and sandbox_created(pod) is False:
-            lines.append(
-                f"pod {name_of(pod)} (runtimeClassName {rc}) has no sandbox ({READY_TO_START}=False), while pod "
-                f"{name_of(witness)} of the default runtime has one"
-            )
-        elif creating:
-            lines.append(f"pod {name_of(pod)} (runtimeClassName {rc}) stuck in ContainerCreating")
+    if witness is not None:
+        lines += [
+            f"pod {name_of(pod)} (runtimeClassName {rc}) has no sandbox ({READY_TO_START}=False), while pod "
+            f"{name_of(witness)} of the default runtime has one"
+            for pod, rc in lacking
+        ]
+    else:
+        for pod, rc in classed:
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            if any(
+                ((c.get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating" for c in statuses
+            ):
+                lines.append(f"pod {name_of(pod)} (runtimeClassName {rc}) stuck in ContainerCreating")
     if not lines and witness is None:
         lines = _never_started(ctx, view, classed)
     return lines[:3], None
