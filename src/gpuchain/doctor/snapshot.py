@@ -214,6 +214,11 @@ def gather(
     )
 
 
+def _of_daemonset(meta: Obj) -> bool:
+    """Is a pod with this metadata made by a DaemonSet (as every device plugin is)?"""
+    return any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ())
+
+
 def _looping(status: Obj) -> list[Obj]:
     """The containers of a pod's status that crash in a loop and left no message of their last run."""
     return [
@@ -393,7 +398,7 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             if nodes_by_name is None:
                 nodes_by_name = {str(n.get("metadata", {}).get("name")): n for n in snapshot.nodes}
             passthrough += vm_plugin_log(pod, nodes_by_name)
-        elif (looping := _looping(status)) and is_hami_plugin(pod):
+        elif _of_daemonset(meta) and (looping := _looping(status)) and is_hami_plugin(pod):
             # HAMi's device plugin beside a stack that does not run it: a crash-looping one's log says why it serves
             # nothing (no NVML in its container where a node image keeps the driver in a directory of its own, ...).
             crashing += [((str(namespace), str(meta.get("name")), str(cs.get("name"))), cs) for cs in looping]
