@@ -98,6 +98,11 @@ def crashloop_container(name: str, *, log: str, restarts: int = 37) -> dict[str,
     }
 
 
+#: The reason the kubelet gives Ready and ContainersReady of a pod that has ended (generate.go@v1.37.2
+#: generatePodReadyConditionForTerminalPhase: PodCompleted, PodFailed).
+TERMINAL = {"Succeeded": "PodCompleted", "Failed": "PodFailed"}
+
+
 def kubelet_conditions(
     phase: str, *, incomplete: list[str], unready: list[str], sandbox: bool | None = None
 ) -> list[dict[str, Any]]:
@@ -106,7 +111,7 @@ def kubelet_conditions(
     real kubelet in tests/peers/test_real_node_sandbox.py): PodReadyToStartContainers where ``sandbox`` says whether
     the runtime made the pod's sandbox (None: a kubelet before 1.29, which writes no such condition), then
     Initialized (False while an init container in ``incomplete`` has not finished), Ready and ContainersReady (False
-    while a container in ``unready`` is not ready, or the pod has completed) and PodScheduled.
+    while a container in ``unready`` is not ready, or the pod has ended: ``TERMINAL``'s reason) and PodScheduled.
 
     The doctor and the held-out harness read these; one derivation keeps the simulator's pods and a case's edited
     pods alike."""
@@ -128,8 +133,8 @@ def kubelet_conditions(
             "message": f"containers with incomplete status: [{' '.join(incomplete)}]",
         }
     ready: dict[str, Any] = {"status": "True"}
-    if phase == "Succeeded":
-        ready = {"status": "False", "reason": "PodCompleted"}
+    if phase in TERMINAL:
+        ready = {"status": "False", "reason": TERMINAL[phase]}
     elif unready or phase != "Running":
         ready = {"status": "False", "reason": "ContainersNotReady"}
         if unready:
