@@ -129,3 +129,15 @@ def test_a_pod_asking_for_no_gpu_at_all_is_not_read_as_missing_the_runtime() -> 
         cluster("gpu-operator", "infer-3"), toolkit("false"), asking({"cpu": "4"}), crashing("infer-3", NO_LIBCUDA)
     )
     assert not [f for f in report.findings if f.id == "workload.no-driver-in-pod"]
+
+
+def test_a_shared_gpu_pod_is_read_where_the_node_announces_only_the_sharing_plugin_s_resources() -> None:
+    """A node whose GPUs only a sharing scheduler's plugin announces (no nvidia.com/gpu in its capacity): the gather
+    step reads a troubled pod's log by its share, as a GPU pod's."""
+    koordinator = {"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-core": "50"}
+    shared = {"koordinator.sh/gpu.shared": "200", "koordinator.sh/gpu-core": "200", "nvidia.com/gpu": None}
+    only = {"do": "node", "node": "infer-3", "capacity": shared, "allocatable": shared}
+    report = diagnosed(
+        cluster("gpu-operator", "infer-3"), toolkit("false"), asking(koordinator), crashing("infer-3", NO_LIBCUDA), only
+    )
+    assert [f.node for f in report.findings if f.id == "workload.no-driver-in-pod"] == ["infer-3"]

@@ -42,7 +42,7 @@ from gpuchain.doctor.unclassed import classed_daemonsets, keeps_runc_nodes, not_
 from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD, RUNTIME_CLASS, Cluster
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
-from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
+from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests, shares_a_gpu
 from gpuchain.kube.kinds import PDB, Kind
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT, VALIDATOR, enabled
@@ -412,7 +412,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             if ((cs.get("state") or {}).get("running") and (not cs.get("ready") or cs.get("restartCount")))
             or ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
         ]
-        if troubled and pod_gpu_requests(pod):  # requests last: most pods have no troubled container
+        # requests last: most pods have no troubled container; a share of a GPU from a sharing scheduler's plugin too
+        if troubled and (pod_gpu_requests(pod) or shares_a_gpu(pod)):
             workloads += [((where, str(meta.get("name")), str(cs.get("name"))), cs) for cs in troubled]
             troubled_on.add(str((pod.get("spec") or {}).get("nodeName")))
         elif watch_unclassed:
