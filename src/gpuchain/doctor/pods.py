@@ -268,7 +268,12 @@ def sandbox_created(pod: Obj) -> bool | None:
         if cond.get("type") == READY_TO_START:
             return bool(cond.get("status") == "True")
     for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in _statuses(pod, key):
-            if "waiting" not in (cs.get("state") or {"waiting": {}}) or cs.get("lastState") or cs.get("restartCount"):
-                return True
+        if any(container_ran(cs) for cs in _statuses(pod, key)):
+            return True
     return None
+
+
+def container_ran(cs: Obj) -> bool:
+    """Has the runtime ever run this container (a container status): it is not waiting, or it has a last state or a
+    restart. One that never ran waits with the kubelet's default reason, or the reason it could not be created."""
+    return "waiting" not in (cs.get("state") or {"waiting": {}}) or bool(cs.get("lastState") or cs.get("restartCount"))

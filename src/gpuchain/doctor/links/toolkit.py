@@ -29,7 +29,7 @@ from gpuchain.doctor.node import (
     runtime_setup,
 )
 from gpuchain.doctor.owners import runtime_class_of
-from gpuchain.doctor.pods import PodState, init_done, pod_state, sandbox_created
+from gpuchain.doctor.pods import PodState, container_ran, init_done, pod_state, sandbox_created
 from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import READY_TO_START, Obj, name_of
@@ -113,9 +113,7 @@ def _stuck_before_start(pod: Obj) -> bool:
     status = pod.get("status") or {}
     statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     return bool(statuses) and all(
-        ((cs.get("state") or {}).get("waiting") or {}).get("reason") in NOT_CREATED_YET
-        and not cs.get("restartCount")
-        and not cs.get("lastState")
+        not container_ran(cs) and ((cs.get("state") or {}).get("waiting") or {}).get("reason") in NOT_CREATED_YET
         for cs in statuses
     )
 
@@ -139,7 +137,7 @@ def _never_started(ctx: Context, view: NodeView, classed: list[tuple[Obj, str]])
         }
         status = pod.get("status") or {}
         for cs in (*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])):
-            if "waiting" not in (cs.get("state") or {"waiting": {}}) or cs.get("lastState"):
+            if container_ran(cs):
                 ran.setdefault(images.get(str(cs.get("name")), ""), name_of(pod))
     ran.pop("", None)
     pulled = [(pod, rc, image) for pod, rc in classed if (image := _first_image(pod)) in ran]
