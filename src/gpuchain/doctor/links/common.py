@@ -20,7 +20,7 @@ from gpuchain.doctor.links.operand_tolerations import policy_lists, unlisted
 from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.placement import Blocker, tolerations_for
 from gpuchain.doctor.releases import Defect, showing
-from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
 
@@ -158,6 +158,17 @@ def gpus_present(view: NodeView) -> str:
             return f"{key}={labels[key]}"
     instance = labels.get("node.kubernetes.io/instance-type")
     return f"instance type {instance}" if instance else ""
+
+
+def off_gpu_nodes(ctx: Context) -> tuple[dict[str, Obj], list[Obj]]:
+    """The nodes that announce no NVIDIA GPU, by name, and the pods bound to them in the snapshot's order: one pass
+    over the cluster's pods a diagnosis, for every check of what runs where no GPU is (`memo`); none where every node
+    is a GPU node."""
+    if "off_gpu_nodes" not in ctx.memo:
+        others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+        pods = [p for p in ctx.snapshot.pods if (p.get("spec") or {}).get("nodeName") in others] if others else []
+        ctx.memo["off_gpu_nodes"] = (others, pods)
+    return cast("tuple[dict[str, Obj], list[Obj]]", ctx.memo["off_gpu_nodes"])
 
 
 def container_image(pod: Obj | None, container: str) -> str:

@@ -15,12 +15,11 @@ import dataclasses
 import re
 
 from gpuchain.doctor.context import Context, NodeView
-from gpuchain.doctor.links.common import node_finding
+from gpuchain.doctor.links.common import node_finding, off_gpu_nodes
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node import distribution_of
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import start_refused
-from gpuchain.doctor.stacks.base import is_gpu_node
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 
@@ -65,13 +64,11 @@ def default_off_gpu_nodes(ctx: Context) -> list[Finding]:
     nodes, or by a toolkit placed on it), and with no driver on the node its hook refuses every container
     (nvidia-container-cli: "driver not loaded", "driver error"), as Project-HAMi/HAMi#715's control-plane node shows.
     The GPU nodes' own pods are the walk's."""
-    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
-    if not others:
-        return []
+    others, placed = off_gpu_nodes(ctx)
     on: dict[str, list[Obj]] = {}
-    for pod in ctx.snapshot.pods:
+    for pod in placed:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node in others and start_refused(pod):
+        if start_refused(pod):
             owner = owner_ds(pod)
             # a GPU operand the stack placed here is the placement's finding (device-plugin.off-gpu-node)
             if owner and ctx.stack.operands_in(namespace_of(pod) or "", owner):

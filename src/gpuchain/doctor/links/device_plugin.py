@@ -12,6 +12,7 @@ from gpuchain.doctor.links.common import (
     NVML_FOUND,
     Result,
     node_finding,
+    off_gpu_nodes,
     operand_daemonset,
     operand_log,
     opted_out,
@@ -141,18 +142,18 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
     """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
     lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
     placement, not the node: an affinity the GPU nodes match."""
-    others = {name_of(n): n for n in ctx.snapshot.nodes if not is_gpu_node(n)}
+    others, placed = off_gpu_nodes(ctx)
     if not others:
         return []  # every node a GPU node (most GPU clusters' node lists): no second pass over them
     gpu_nodes = [n for n in ctx.snapshot.nodes if is_gpu_node(n)]
     if not gpu_nodes:
         return []
     out = []
-    for pod in ctx.snapshot.pods:
+    for pod in placed:
         meta = pod.get("metadata") or {}
         node = (pod.get("spec") or {}).get("nodeName")
         owner = owner_ds(pod)
-        if node not in others or not owner:
+        if not owner:
             continue
         if DEVICE_PLUGIN.state not in ctx.stack.operands_in(str(meta.get("namespace") or ""), owner):
             continue
