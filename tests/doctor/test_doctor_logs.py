@@ -12,18 +12,26 @@ from gpuchain.sim import build, load_scenario, parse_scenario
 
 
 def _drop_termination_messages(cluster: MemoryCluster) -> int:
-    """Make every crash-looping container's last lines reachable only through its log."""
+    """Make every crash-looping container's last lines reachable only through its log: its last run stays (the
+    kubelet serves the log of that run), the message the runtime kept of it goes."""
     n = 0
     for pod in cluster.snapshot(POD):
         statuses = pod.get("status", {}).get("containerStatuses") or []
         if any(cs.get("lastState") for cs in statuses):
-            stripped = [{k: v for k, v in cs.items() if k != "lastState"} for cs in statuses]
+            stripped = [_without_message(cs) for cs in statuses]
             cluster.patch_status(
                 POD, name=name_of(pod), status={"containerStatuses": stripped}, namespace=pod["metadata"]["namespace"]
             )
             n += 1
     cluster.calls.reset()
     return n
+
+
+def _without_message(status: dict) -> dict:
+    last = (status.get("lastState") or {}).get("terminated")
+    if last is None:
+        return status
+    return {**status, "lastState": {"terminated": {k: v for k, v in last.items() if k != "message"}}}
 
 
 def test_the_simulator_serves_its_logs_through_the_port() -> None:
@@ -80,7 +88,8 @@ def _restart_with_fresh_log(cluster: MemoryCluster, pod: dict, container: str, f
     """The container ran, failed and runs again: the failed run's log is now only --previous."""
     ns, name = pod["metadata"]["namespace"], name_of(pod)
     failed = cluster.logs(name, namespace=ns, container=container)
-    statuses = [{**cs, "restartCount": 1} for cs in pod["status"]["containerStatuses"]]
+    ended = {"terminated": {"reason": "Error", "exitCode": 1}}
+    statuses = [{**cs, "restartCount": 1, "lastState": ended} for cs in pod["status"]["containerStatuses"]]
     cluster.patch_status(POD, name=name, status={"containerStatuses": statuses}, namespace=ns)
     cluster.set_logs(name, namespace=ns, container=container, text=failed, previous=True)
     cluster.set_logs(name, namespace=ns, container=container, text=fresh)

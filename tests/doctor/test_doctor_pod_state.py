@@ -132,6 +132,7 @@ def test_a_second_exporter_release_in_another_namespace_is_read() -> None:
                         "ready": False,
                         "restartCount": 4,
                         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
                     }
                 ],
             },
@@ -341,7 +342,13 @@ def _crashing_release(sim: SimCluster, namespace: str, ds: str, image: str, cont
             "spec": {"template": template},
         }
     )
-    crash = {"name": container, "ready": False, "restartCount": 5, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    crash = {
+        "name": container,
+        "ready": False,
+        "restartCount": 5,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+    }
     sim.cluster.create(
         {
             "apiVersion": "v1",

@@ -56,7 +56,10 @@ def _pod(
         "status": {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": str(ready)}],
-            "containerStatuses": [{"name": "main", "ready": ready, "restartCount": 0 if ready else 4, "state": state}],
+            "containerStatuses": [
+                {"name": "main", "ready": ready, "restartCount": 0 if ready else 4, "state": state}
+                | ({} if ready else {"lastState": {"terminated": {"reason": "Error", "exitCode": 1}}})
+            ],
         },
     }
 

@@ -363,6 +363,46 @@ def test_logs_tail_previous_and_container_choice() -> None:
         cluster.set_logs("absent", namespace="ml", container="main", text="x")
 
 
+@pytest.mark.parametrize(
+    ("state", "last", "words"),
+    [
+        ({"waiting": {"reason": "ContainerCreating"}}, None, "is waiting to start: ContainerCreating"),
+        ({"waiting": {"reason": "PodInitializing"}}, None, "is waiting to start: PodInitializing"),
+        ({"waiting": {"reason": "ErrImagePull"}}, None, "is waiting to start: image can't be pulled"),
+        ({"waiting": {"reason": "ImagePullBackOff"}}, None, "is waiting to start: trying and failing to pull image"),
+        ({}, None, "is waiting to start - no logs yet"),
+        ({"waiting": {"reason": "CrashLoopBackOff"}}, {"terminated": {"exitCode": 1}}, None),
+        ({"running": {}}, None, None),
+        ({"terminated": {"exitCode": 0}}, None, None),
+    ],
+)
+def test_a_log_is_served_only_for_a_container_that_ran(state: dict, last: dict | None, words: str | None) -> None:
+    """The kubelet's answer by the container's status (kubelet_pods.go validateContainerLogStatus@v1.37.2): a
+    container that never ran has no log to give, whatever was stored for it; one backing off after a crash gives its
+    last run. kubectl's dump writes the refusal in place of the log."""
+    cluster = MemoryCluster()
+    p = pod("p1", "n1")
+    p["status"] = {"containerStatuses": [{"name": "main", "state": state, **({"lastState": last} if last else {})}]}
+    cluster.create(p)
+    cluster.set_logs("p1", namespace="ml", container="main", text="ran\n")
+    if words is None:
+        assert cluster.logs("p1", namespace="ml", container="main") == "ran\n"
+        return
+    with pytest.raises(BadRequestError) as refused:
+        cluster.logs("p1", namespace="ml", container="main")
+    assert str(refused.value).endswith(f'container "main" in pod "p1" {words}')
+
+
+def test_a_previous_log_needs_a_run_that_ended() -> None:
+    cluster = MemoryCluster()
+    p = pod("p1", "n1")
+    p["status"] = {"containerStatuses": [{"name": "main", "restartCount": 1, "state": {"running": {}}}]}
+    cluster.create(p)
+    cluster.set_logs("p1", namespace="ml", container="main", text="crashed\n", previous=True)
+    with pytest.raises(BadRequestError, match='previous terminated container "main" in pod "p1" not found'):
+        cluster.logs("p1", namespace="ml", container="main", previous=True)
+
+
 def test_pod_proxy_of_an_unknown_pod_is_not_found(cluster: Cluster) -> None:
     with pytest.raises(NotFoundError):
         cluster.pod_proxy_get("absent", namespace="ml", port=9400, path="metrics")

@@ -389,6 +389,7 @@ class MemoryCluster(Cluster):
             pod = self._lookup(POD, name, namespace)
             container = _log_container(pod, container)
             key = (namespace, name, container, previous)
+            _check_log_status(pod, container, previous)
             if previous and key not in self._logs:
                 raise BadRequestError(f'previous terminated container "{container}" in pod "{name}" not found')
             text = self._logs.get(key, "")
@@ -448,6 +449,39 @@ class MemoryCluster(Cluster):
 def _copied(event: WatchEvent) -> WatchEvent:
     """The event with its own copy of the object, which the receiver may change freely."""
     return WatchEvent(event.type, json_copy(event.object))
+
+
+#: What the kubelet answers for a container waiting on its image, by the waiting reason (images.ErrImagePull and
+#: ErrImagePullBackOff in kubelet_pods.go validateContainerLogStatus@v1.37.2); any other reason is quoted as it is.
+_PULL_WAITS = {"ErrImagePull": "image can't be pulled", "ImagePullBackOff": "trying and failing to pull image"}
+
+
+def _check_log_status(pod: Obj, container: str, previous: bool) -> None:
+    """Refuse a log the kubelet has none of, as it does (kubelet_pods.go validateContainerLogStatus@v1.37.2): the
+    current log of a container that never ran (waiting with no terminated run before: ContainerCreating,
+    PodInitializing, an image pull) and the previous log of one that never ended. The API server answers 400 with the
+    kubelet's words, which ``kubectl cluster-info dump`` writes in place of the log. A container the pod's status does
+    not list yet is let through: a test's pod often has no status, and a stored log stands for what it ran."""
+    status = pod.get("status") or {}
+    fields = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+    entries = [s for f in fields for s in status.get(f) or []]
+    entry = next((s for s in entries if s.get("name") == container), None)
+    if entry is None:
+        return
+    pod_name = pod["metadata"]["name"]
+    state, last = entry.get("state") or {}, (entry.get("lastState") or {}).get("terminated")
+    if previous:
+        if last is None:
+            raise BadRequestError(f'previous terminated container "{container}" in pod "{pod_name}" not found')
+        return
+    if "running" in state or "terminated" in state or last is not None:
+        return
+    reason = str((state.get("waiting") or {}).get("reason") or "")
+    if "waiting" not in state:
+        raise BadRequestError(f'container "{container}" in pod "{pod_name}" is waiting to start - no logs yet')
+    raise BadRequestError(
+        f'container "{container}" in pod "{pod_name}" is waiting to start: {_PULL_WAITS.get(reason, reason)}'
+    )
 
 
 def _log_container(pod: Obj, container: str | None) -> str:

@@ -112,9 +112,20 @@ def _set_container(statuses: list[dict[str, Any]], spec: dict[str, Any]) -> None
         statuses.append(entry)
     entry["state"] = _status(spec.get("state", {}))
     entry["ready"] = bool(spec.get("ready", False))
+    # The kubelet's Started is true only for a running container whose startup probe passed (prober_manager.go
+    # UpdatePodStatus@v1.37.2): a waiting or ended container is not started.
+    entry["started"] = "running" in entry["state"]
     entry["restartCount"] = int(spec.get("restarts", entry.get("restartCount", 0)))
     if "last" in spec:
         entry["lastState"] = _status(spec["last"])
+    elif entry["restartCount"] or entry["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff":
+        # A container that restarted, or backs off after a crash, ended a run before: the kubelet keeps that run as
+        # lastState.terminated (kuberuntime convertToAPIContainerStatuses), whose log `kubectl logs` then serves. A
+        # case that quotes no exit keeps the run the simulator had, or an Error exit.
+        if "terminated" not in (entry.get("lastState") or {}):
+            entry["lastState"] = {"terminated": {"reason": "Error", "exitCode": 1}}
+    else:
+        entry.pop("lastState", None)
 
 
 def _apply(cluster: MemoryCluster, edit: dict[str, Any]) -> None:
