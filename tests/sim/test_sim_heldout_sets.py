@@ -68,6 +68,7 @@ ORDER = (
     "heldout49",
     "heldout50",
     "heldout51",
+    "heldout52",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -114,7 +115,10 @@ BESIDE = {
 #: a Kubernetes GPU failure and a readable fix in the stored pages, only four descriptions of working clusters; heldout51
 #: 6: its writer found three uncited, odd-numbered reports with a readable resolution in the Kubernetes, runtime,
 #: GPU-sharing and batch-operator trackers (two HAMi issues and a Koordinator question), two of them used in both
-#: two-fault cases, and three descriptions of working clusters from two pages).
+#: two-fault cases, and three descriptions of working clusters from two pages; heldout52 6: its writer found no
+#: uncited Q&A or forum thread with a Kubernetes GPU failure in the stored pages, and two write-ups kept in
+#: repositories (a homelab's device plugin notes, a platform team's EKS AMI matrix), each giving two successive states
+#: of its cluster, and one build log of a working cluster giving two).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -145,11 +149,15 @@ SMALLER = {
     "heldout49": 5,
     "heldout50": 4,
     "heldout51": 6,
+    "heldout52": 6,
 }
 #: Sets with no fault case at all, so no two-fault case: heldout50's writer found no uncited forum, Q&A or one-cluster
 #: page with a Kubernetes GPU failure and a readable fix in its share, only descriptions of working clusters; such a
 #: set measures the doctor's false alarms alone.
 HEALTHY_ONLY = {"heldout50"}
+#: Sets with faults but no two-fault case: heldout52's two failure write-ups each describe one node or one node group,
+#: on platforms too unlike (a kubeadm homelab, an EKS node group) to be one cluster without inventing it.
+SINGLE_FAULTS = {"heldout52"}
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
 SIM = Path(__file__).parent
@@ -171,7 +179,7 @@ def test_the_set_is_big_enough_and_mixed(name: str) -> None:
     two = [c for c in cases if c.kind == "two-faults"]
     if name in HEALTHY_ONLY:
         assert all(c.kind == "healthy" for c in cases)
-    else:
+    elif name not in SINGLE_FAULTS:
         assert len(two) >= 2
     assert all(len({n for e in c.expects for n in e.nodes}) >= 2 for c in two)
     assert sum(c.kind == "healthy" for c in cases) >= 3
