@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from doctor.small_cluster import diagnosed
 
 from gpuchain.doctor import Severity
@@ -156,3 +157,42 @@ def test_hami_without_nvml_where_the_stack_keeps_no_driver_directory_is_not_told
     report = diagnosed(OPERATOR, _hami(["dgx-03"]), _capacity("dgx-03", 8), _crashing("dgx-03", NO_NVML))
     assert not any("/home/kubernetes/bin/nvidia" in f.fix for f in report.findings)
     assert "device-plugin.duplicate-resource" in report.ids
+
+
+EKS = "name: t\nstack: eks\nnodes:\n  - {name: ip-10-0-3-17.ec2.internal, preset: t4-x4}\n"
+
+
+def _beside(name: str, image: str) -> dict[str, Any]:
+    return {
+        "do": "add-daemonset",
+        "namespace": "kube-system",
+        "name": name,
+        "labels": {"name": name},
+        "containers": [name],
+        "image": image,
+        "nodes": ["ip-10-0-3-17.ec2.internal"],
+    }
+
+
+@pytest.mark.parametrize(
+    "name, image",
+    [
+        # AWS's EFA plugin (aws/eks-charts stable/aws-efa-k8s-device-plugin): vpc.amazonaws.com/efa, not GPUs.
+        (
+            "aws-efa-k8s-device-plugin-daemonset",
+            "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.6",
+        ),
+        # AMD's (ROCm/k8s-device-plugin k8s-ds-amdgpu-dp.yaml): amd.com/gpu under the same image name.
+        ("amdgpu-device-plugin-daemonset", "rocm/k8s-device-plugin:1.31.0.6"),
+    ],
+)
+def test_a_plugin_whose_image_only_resembles_nvidias_is_no_second_gpu_plugin(name: str, image: str) -> None:
+    report = diagnosed(EKS, _beside(name, image))
+    assert not [f for f in report.findings if f.id == "device-plugin.duplicate-resource"]
+
+
+def test_nvidias_plugin_from_a_mirror_is_still_nvidias() -> None:
+    report = diagnosed(EKS, _beside("gpu-plugin-mirror", "harbor.example.com/nvidia/k8s-device-plugin:v0.17.0"))
+    assert [f.node for f in report.findings if f.id == "device-plugin.duplicate-resource"] == [
+        "ip-10-0-3-17.ec2.internal"
+    ]

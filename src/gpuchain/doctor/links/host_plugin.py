@@ -13,12 +13,9 @@ from gpuchain.doctor.model import LinkState
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state
-from gpuchain.doctor.stacks.base import images_of
+from gpuchain.doctor.stacks.base import runs_nvidia_plugin
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj
-
-#: NVIDIA's device plugin image (nvcr.io/nvidia/k8s-device-plugin).
-PLUGIN_IMAGE = "k8s-device-plugin"
 
 
 def plugin_beside(view: NodeView) -> bool:
@@ -27,7 +24,7 @@ def plugin_beside(view: NodeView) -> bool:
     K2s#1862, addons/gpu-node/manifests/nvidia-device-plugin.yaml): a plugin serves the node, no stack is missing."""
     if not any(n > 0 for n in node_gpu_resources(view.node, "allocatable").values()):
         return False
-    return any(PLUGIN_IMAGE in images_of(p) and not owner_ds(p) and pod_state(p).ready for p in view.workloads)
+    return any(runs_nvidia_plugin(p) and not owner_ds(p) and pod_state(p).ready for p in view.workloads)
 
 
 def announcing_host_plugin(node: Obj) -> bool:

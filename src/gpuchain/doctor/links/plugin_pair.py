@@ -31,7 +31,7 @@ from gpuchain.doctor.links.not_ready import known_not_ready
 from gpuchain.doctor.model import Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.owners import owner_daemonset, owner_ds
 from gpuchain.doctor.pods import pod_state
-from gpuchain.doctor.stacks.base import images_of
+from gpuchain.doctor.stacks.base import runs_nvidia_plugin
 from gpuchain.doctor.stacks.hami import is_hami_plugin
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -40,8 +40,6 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label
 Check = Callable[[Context, NodeView], Result]
 
 GPU = "nvidia.com/gpu"
-#: Images of NVIDIA's device plugin (its chart's and the GPU Operator's) and GKE's, which serve nvidia.com/gpu.
-NVIDIA_PLUGIN_IMAGES = ("k8s-device-plugin", "nvidia-gpu-device-plugin")
 #: DaemonSets that run the device plugin's image without being a plugin: GPU feature discovery (the chart's and the
 #: operator's, from v0.15 in the plugin's image) and the MPS control daemon (NVIDIA/k8s-device-plugin
 #: deployments/helm/nvidia-device-plugin/templates).
@@ -74,7 +72,7 @@ def _serves(ctx: Context, ds: Obj) -> tuple[str, str] | None:
     ours = name_of(ds) == ctx.ds(DEVICE_PLUGIN) and namespace_of(ds) == ctx.namespace
     if ours and ctx.stack.policy_resource:
         return GPU, "the GPU Operator's device plugin"
-    if ours or any(marker in images_of(ds) for marker in NVIDIA_PLUGIN_IMAGES):
+    if ours or runs_nvidia_plugin(ds):
         return GPU, "NVIDIA's device plugin"
     return None
 

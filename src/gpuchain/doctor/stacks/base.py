@@ -50,6 +50,40 @@ def is_gpu_node(node: Obj) -> bool:
 DRA_PLUGIN_IMAGES = ("k8s-dra-driver-gpu", "dra-driver-nvidia-gpu", "/k8s-dra-driver:")
 
 
+def split_image(ref: str) -> tuple[str, str, str]:
+    """``repository``, ``image`` and ``version`` of an image reference, as ``gpuv1.ImagePath`` joins them
+    (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go@v26.7.0 ``imagePath``: ``repo/image:version``, or
+    ``repo/image@version`` where the version is a digest); "" for a part the reference lacks."""
+    path, at, digest = ref.partition("@")
+    version = digest if at else ""
+    if not at:
+        slash = path.rfind("/")
+        colon = path.rfind(":")
+        if colon > slash:
+            path, version = path[:colon], path[colon + 1 :]
+    repository, _, image = path.rpartition("/")
+    return repository, image, version
+
+
+#: The image names NVIDIA's device plugin ships under (its chart's and the GPU Operator's
+#: nvcr.io/nvidia/k8s-device-plugin, GKE's gke.gcr.io/nvidia-gpu-device-plugin); other plugins' names only contain
+#: them (AWS's aws-efa-k8s-device-plugin).
+NVIDIA_PLUGIN_NAMES = frozenset({"k8s-device-plugin", "nvidia-gpu-device-plugin"})
+#: Repositories of other vendors' plugins of the same image name (AMD's rocm/k8s-device-plugin).
+OTHER_VENDORS = re.compile(r"(^|/)(rocm|amd|intel)(/|$)", re.IGNORECASE)
+
+
+def runs_nvidia_plugin(obj: Obj, names: frozenset[str] = NVIDIA_PLUGIN_NAMES) -> bool:
+    """Does this pod (or DaemonSet) run NVIDIA's device plugin image (one of ``names``), by the image's own name? A
+    name that merely contains it (aws-efa-k8s-device-plugin serves EFA, not GPUs) or another vendor's image of the same
+    name is not."""
+    for ref in images_of(obj).split():
+        repository, image, _ = split_image(ref)
+        if image in names and not OTHER_VENDORS.search(repository):
+            return True
+    return False
+
+
 def images_of(obj: Obj) -> str:
     """Every container image a pod, or a DaemonSet's pod template, runs (init containers too), space-separated."""
     spec = obj.get("spec") or {}

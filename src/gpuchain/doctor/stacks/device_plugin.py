@@ -11,12 +11,14 @@ image has both. NVIDIA's DRA driver alone on such nodes (its chart's ``<name>-ku
 
 from __future__ import annotations
 
-from gpuchain.doctor.stacks.base import images_of, is_dra_plugin, provider_of
+from gpuchain.doctor.stacks.base import images_of, is_dra_plugin, provider_of, runs_nvidia_plugin
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.policy import ClusterPolicySpec
 
 PLUGIN = "nvidia-device-plugin"
+#: The image NVIDIA's plugin chart runs (nvcr.io/nvidia/k8s-device-plugin); GKE's own plugin image is another stack's.
+CHART_IMAGE = frozenset({"k8s-device-plugin"})
 CONTAINER = "nvidia-device-plugin-ctr"
 #: The container of NVIDIA's DRA driver kubelet plugin that serves GPUs (its chart's templates/kubeletplugin.yaml).
 DRA_CONTAINER = "gpus"
@@ -47,7 +49,7 @@ def plugin_daemonsets(snapshot: Snapshot) -> list[Obj]:
     return [
         d
         for d in snapshot.daemonsets
-        if (PLUGIN in name_of(d) and "gpu-device-plugin" not in name_of(d)) or "k8s-device-plugin" in images_of(d)
+        if (PLUGIN in name_of(d) and "gpu-device-plugin" not in name_of(d)) or runs_nvidia_plugin(d, CHART_IMAGE)
     ]
 
 

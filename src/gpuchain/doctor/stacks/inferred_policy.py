@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuchain.doctor.stacks.base import daemonsets_in
+from gpuchain.doctor.stacks.base import daemonsets_in, split_image
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, name_of
 
@@ -189,21 +189,6 @@ def unread(stack: Stack, key: str) -> bool:
 def unread_keys(stack: Stack) -> list[str]:
     """The `UNREAD` keys its DaemonSets did not show, dotted, for the report's not-judged line."""
     return [".".join(k) for k in UNREAD if unread(stack, ".".join(k))]
-
-
-def split_image(ref: str) -> tuple[str, str, str]:
-    """``repository``, ``image`` and ``version`` of an image reference, as ``gpuv1.ImagePath`` joins them
-    (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go@v26.7.0 ``imagePath``: ``repo/image:version``, or
-    ``repo/image@version`` where the version is a digest); "" for a part the reference lacks."""
-    path, at, digest = ref.partition("@")
-    version = digest if at else ""
-    if not at:
-        slash = path.rfind("/")
-        colon = path.rfind(":")
-        if colon > slash:
-            path, version = path[:colon], path[colon + 1 :]
-    repository, _, image = path.rpartition("/")
-    return repository, image, version
 
 
 def driver_version(tag: str, precompiled: bool) -> str:
