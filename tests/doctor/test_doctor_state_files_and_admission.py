@@ -17,12 +17,16 @@ Each fixture is written here from those sources' wording (the node names, paths 
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 from doctor.small_cluster import diagnosed, plugin_pod
 
 from gpuchain.doctor.kubelet_state import CHECKPOINT
 from gpuchain.doctor.model import Finding, Report
+from gpuchain.kube import POD
+from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.sim.build import SimCluster
 
 #: The CPU manager's refusal as kubernetes pkg/kubelet/cm/cpumanager/state/state_checkpoint.go@v1.34.4 writes it
@@ -139,6 +143,55 @@ def test_a_plugin_that_asks_for_a_runtime_class_proves_nothing_of_the_default_ru
     quiet = diagnosed(PLUGIN_NODE, unsaid, _serve_log(NO_DRIVER))
     assert not [f for f in quiet.findings if f.id == "node.pod-admitted-without-device"]
     assert _one(quiet, "workload.no-driver-in-pod").link == "toolkit"
+
+
+def _taken_on_at(when: str) -> Callable[[SimCluster], None]:
+    """An edit: the kubelet took the serve pods on at ``when`` (their status.startTime)."""
+
+    def edit(sim: SimCluster) -> None:
+        for p in sim.cluster.list(POD, namespace="apps"):
+            sim.cluster.patch_status(POD, name=name_of(p), namespace="apps", status={"startTime": when})
+
+    return edit
+
+
+def test_pods_taken_on_after_the_plugin_registered_got_their_gpu_and_the_runtime_left_it() -> None:
+    """The plugin registers in its first seconds: a pod the kubelet took on after the plugin's run began was admitted
+    through it, with its allocation. Without a driver in it, the runtime that runs the plugin did not act on that
+    allocation: its settings are the repair (nvidia-container-toolkit internal/config/config.go GetDefault), not a
+    new admission."""
+    report = diagnosed(PLUGIN_NODE, _serve_log(NO_DRIVER), _taken_on_at("2026-06-05T18:30:00Z"))
+    assert not [f for f in report.findings if f.id == "node.pod-admitted-without-device"]
+    found = _one(report, "workload.no-driver-in-pod")
+    assert found.link == "toolkit" and found.node == "n1"
+    assert 'mode = "auto"' in found.fix and "accept-nvidia-visible-devices-envvar-when-unprivileged = true" in found.fix
+    assert "runtimeClassName" not in found.fix
+    assert any("catalog: k8s-device-plugin.registered" in e for e in found.evidence)
+    # Taken on before the plugin's run began (a restart that lost the checkpoint): admitted without the allocation.
+    early = diagnosed(PLUGIN_NODE, _serve_log(NO_DRIVER), _taken_on_at("2026-06-05T17:59:00Z"))
+    assert _one(early, "node.pod-admitted-without-device").node == "n1"
+
+
+def test_a_plugin_that_mounts_nvml_from_the_host_proves_nothing_of_the_default_runtime() -> None:
+    """A plugin given libnvidia-ml by a hostPath of its own (a homelab's fix for a plugin under runc) registers
+    whatever the default runtime is: the pods' missing driver is theirs, a RuntimeClass."""
+
+    def host_library(sim: SimCluster) -> None:
+        for p in sim.cluster.list(POD):
+            if name_of(p).startswith("nvidia-device-plugin"):
+                spec = copy.deepcopy(p["spec"])
+                spec["volumes"] = [
+                    *spec.get("volumes", []),
+                    {"name": "nvml", "hostPath": {"path": "/usr/lib/x86_64-linux-gnu", "type": "Directory"}},
+                ]
+                ctr = spec["containers"][0]
+                ctr["env"] = [*ctr.get("env", []), {"name": "LD_LIBRARY_PATH", "value": "/host-lib"}]
+                ctr["volumeMounts"] = [*ctr.get("volumeMounts", []), {"name": "nvml", "mountPath": "/host-lib"}]
+                sim.cluster.patch(POD, name=name_of(p), namespace=namespace_of(p), patch={"spec": spec})
+
+    report = diagnosed(PLUGIN_NODE, host_library, _serve_log(NO_DRIVER))
+    assert not [f for f in report.findings if f.id == "node.pod-admitted-without-device"]
+    assert "runtimeClassName" in _one(report, "workload.no-driver-in-pod").fix
 
 
 RENAMED = (

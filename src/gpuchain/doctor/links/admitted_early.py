@@ -11,11 +11,16 @@ checkpoint it restores at start). Such a container has no GPU and no driver libr
 runtime that injects nothing is the device plugin's own pod beside it: asking for no RuntimeClass, it found NVML and
 registered (its own log says so: "Registered device plugin for '%s' with Kubelet", NVIDIA/k8s-device-plugin
 internal/plugin/server.go@v0.17.1), so the node's default runtime injects the driver where a container is given a
-GPU. A plugin pod that is merely ready proves less: it may get the driver some other way (host mounts). Deleting the
+GPU. A plugin pod that is merely ready proves less: it may get the driver some other way, and one that mounts the
+driver's library from the host (a hostPath of libnvidia-ml, or of a directory its LD_LIBRARY_PATH names) did. Nor is a
+pod the kubelet admitted after the plugin's current run began one admitted without it: the plugin registers within
+its first seconds, so such a pod got its allocation, and what it lacks is the runtime's injection of it. Deleting the
 pod has its controller create it again, and the kubelet admits the new one through the registered plugin.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
@@ -41,21 +46,54 @@ from gpuchain.operator.operands import DEVICE_PLUGIN
 REGISTERED = "k8s-device-plugin.registered"
 
 
-def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match) -> Finding | None:
-    """The finding for GPU pods ``hit`` that say they have no driver (``said``) where the device plugin's pod on the
-    same node runs ready with no RuntimeClass (neither its pod nor its DaemonSet names one) and the node offers GPUs:
-    the default runtime gives containers the driver, so these were started without the plugin's allocation. None where
-    the plugin asks for a RuntimeClass (the operator's), is not ready, its log does not show its registration, or the
-    node offers no GPU: then the runtime is what the pods lack."""
+@dataclass(frozen=True)
+class DefaultRuntime:
+    """What proves a node's default runtime injects the driver: the device plugin's pod that found NVML with no
+    RuntimeClass and no library of its own, its registration line, and the GPUs the node offers."""
+
+    plugin: Obj
+    registered: catalog.Match
+    offered: dict[str, int]
+
+    def evidence(self, view: NodeView) -> list[str]:
+        return [
+            f"device plugin pod {name_of(self.plugin)}: ready, no runtimeClassName, no NVML library mounted from the "
+            "host",
+            *self.registered.evidence("plugin log"),
+            f"node {view.name} offers {', '.join(f'{k} {v}' for k, v in sorted(self.offered.items()))}",
+        ]
+
+
+def default_runtime_injects(ctx: Context, view: NodeView) -> DefaultRuntime | None:
+    """The proof that the node's default runtime gives containers the driver, where its device plugin's pod runs ready
+    with no RuntimeClass (neither its pod nor its DaemonSet names one) and no NVML mounted from the host, its log shows
+    its registration, and the node offers GPUs; None where any of that does not hold (the operator's plugin asks for
+    a RuntimeClass, a plugin may mount the library itself)."""
     plugin = view.pod(DEVICE_PLUGIN)
-    if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready:
-        return None  # a plugin (or its DaemonSet) that asks for a RuntimeClass: the default runtime is not proven
+    if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready or library_from_host(plugin):
+        return None
     offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
-    state = pod_state(plugin)
-    registered = catalog.find(
-        operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=state.container, last=""), REGISTERED
-    )
+    log = operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=pod_state(plugin).container, last="")
+    registered = catalog.find(log, REGISTERED)
     if not offered or registered is None:
+        return None
+    return DefaultRuntime(plugin, registered, offered)
+
+
+def admitted_through(proof: DefaultRuntime, hit: list[Obj]) -> bool:
+    """Were all of ``hit`` taken on by the kubelet after the plugin's current run began (so through its registration,
+    with their allocation)? False where a pod's or the plugin's times are not shown."""
+    started = _running_since(proof.plugin)
+    return bool(started) and all(_admitted_at(pod) > started for pod in hit)
+
+
+def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match) -> Finding | None:
+    """The finding for GPU pods ``hit`` that say they have no driver (``said``) where the node's default runtime
+    gives containers the driver (`default_runtime_injects`): these were started without the plugin's allocation. None
+    where that is not proven (then the runtime is what the pods lack), or where the pods were taken on after the
+    plugin's run began (then they got their allocation, and the runtime did not act on it)."""
+    proof = default_runtime_injects(ctx, view)
+    if proof is None or admitted_through(proof, hit):
         return None
     refs = [f"{namespace_of(p) or 'default'}/{name_of(p)}" for p in hit]
     first = hit[0]
@@ -72,16 +110,58 @@ def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], sai
         "driver, so the kubelet started these containers without the plugin's allocation -- it admitted them while "
         "no plugin was registered (a reboot or kubelet restart that lost its device checkpoint, kubelet_internal_"
         "checkpoint, before the plugin's pod was back) and does not allocate again for a running container.",
-        evidence=[
-            *said.evidence("pod says"),
-            f"device plugin pod {name_of(plugin)}: ready, no runtimeClassName",
-            *registered.evidence("plugin log"),
-            f"node {view.name} offers {', '.join(f'{k} {v}' for k, v in sorted(offered.items()))}",
-        ],
+        evidence=[*said.evidence("pod says"), *proof.evidence(view)],
         fix=f"{ctx.stack.render(action)}   # delete the affected pods so the kubelet admits them again through the "
         f"registered plugin and their controller starts them with the GPU{more}",
         action=action,
     )
+
+
+#: The NVML library's file name (NVIDIA/go-nvml pkg/nvml/lib.go: libnvidia-ml.so.1, the driver's versioned file
+#: beside it).
+NVML_LIBRARY = "libnvidia-ml.so"
+
+
+def library_from_host(pod: Obj) -> bool:
+    """Does ``pod`` mount NVML from the host itself: a hostPath volume of the library's file, or of a directory one of
+    its containers mounts where its LD_LIBRARY_PATH looks? Then its finding NVML says nothing of the node's runtime."""
+    spec = pod.get("spec") or {}
+    host = {str(v.get("name")): str((v.get("hostPath") or {}).get("path") or "") for v in spec.get("volumes") or []}
+    if any(NVML_LIBRARY in path for path in host.values()):
+        return True
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        env = {str(e.get("name")): str(e.get("value") or "") for e in c.get("env") or []}
+        dirs = [d.rstrip("/") for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+        for m in c.get("volumeMounts") or []:
+            at = str(m.get("mountPath") or "").rstrip("/")
+            if host.get(str(m.get("name"))) and any(d == at or d.startswith(at + "/") for d in dirs):
+                return True
+    return False
+
+
+def _running_since(pod: Obj) -> str:
+    """When the pod's containers last started running (RFC 3339, the latest of them); "" where none runs."""
+    return max(
+        (
+            str(((cs.get("state") or {}).get("running") or {}).get("startedAt") or "")
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        ),
+        default="",
+    )
+
+
+def _admitted_at(pod: Obj) -> str:
+    """When the kubelet took ``pod`` on (its status.startTime), else the earliest time its containers show (a start,
+    or the end of a run that never started, whose startedAt is the zero time); "" where it shows none."""
+    status = pod.get("status") or {}
+    if status.get("startTime"):
+        return str(status["startTime"])
+    times = []
+    for cs in status.get("containerStatuses") or []:
+        for state in ((cs.get("state") or {}), (cs.get("lastState") or {})):
+            for run in state.values():
+                times += [str(t) for k in ("startedAt", "finishedAt") if (t := (run or {}).get(k)) and t[:4] != "1970"]
+    return min(times, default="")
 
 
 #: What the kubelet's status of a container reads where containerd never saw it exit -- the container went with its

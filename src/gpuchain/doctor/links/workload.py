@@ -6,7 +6,13 @@ from __future__ import annotations
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.evidence import ANYWHERE, HOOK_WRAPPERS, TOOLKIT_BINARY, refused_message
-from gpuchain.doctor.links.admitted_early import admitted_without_device, recovered_before_registration
+from gpuchain.doctor.links.admitted_early import (
+    DefaultRuntime,
+    admitted_through,
+    admitted_without_device,
+    default_runtime_injects,
+    recovered_before_registration,
+)
 from gpuchain.doctor.links.common import node_finding, said_by
 from gpuchain.doctor.links.cuda_repair import INSUFFICIENT, SYSTEM_NOT_READY, fabric_repair_words, insufficient_repair
 from gpuchain.doctor.links.dra_plugin import claims_not_prepared
@@ -302,6 +308,9 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     early = admitted_without_device(ctx, view=view, hit=hit, said=said) if said.entry.id not in NO_GPU else None
     if early is not None:
         return early
+    proof = default_runtime_injects(ctx, view) if said.entry.id not in NO_GPU else None
+    if proof is not None and admitted_through(proof, hit):
+        return _allocation_not_injected(ctx, view, hit=hit, said=said, proof=proof)
     regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
     action: Fix
     if regenerated is not None:
@@ -330,6 +339,54 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
         ),
         evidence=[f"GPU pods with no runtimeClassName on it that say so: {refs}", *said.evidence("pod says"), made],
         fix=fix if regenerated is None else ctx.stack.render(action) + fix,
+        action=action,
+    )
+
+
+#: The NVIDIA runtime's own settings that decide whether it acts on a device plugin's allocation, at the toolkit's
+#: defaults (NVIDIA/nvidia-container-toolkit internal/config/config.go GetDefault: mode "auto", which picks
+#: CDI where the allocation names CDI devices and the legacy hook otherwise; AcceptEnvvarUnprivileged true).
+RUNTIME_DEFAULTS = (
+    'mode = "auto" under [nvidia-container-runtime] and accept-nvidia-visible-devices-envvar-when-unprivileged = true'
+)
+RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+
+def _allocation_not_injected(
+    ctx: Context, view: NodeView, *, hit: list[Obj], said: catalog.Match, proof: DefaultRuntime
+) -> Finding:
+    """GPU pods the kubelet admitted through the registered plugin (after its run began, so with their allocation)
+    whose containers have no driver, on a node whose default runtime gave the plugin's own container NVML: the NVIDIA
+    runtime runs there but does not act on the allocation. Its settings were changed from the toolkit's defaults (a
+    mode forced to legacy, which containerd 2's CDI-named devices bypass, or unprivileged containers' envvar refused);
+    the repair puts them back on the node, and takes out what changes them (a node group's user data)."""
+    refs = ", ".join(f"{namespace_of(p) or 'default'}/{name_of(p)}" for p in hit[:5])
+    action = Fix(
+        FixOp.NODE,
+        view.name,
+        {
+            "action": f"restore the NVIDIA Container Toolkit's defaults in {RUNTIME_CONFIG} ({RUNTIME_DEFAULTS}; "
+            "drop any forced legacy mode), remove what rewrites them (the node group's user data or launch "
+            "template, a config-management step), restart containerd, then delete the GPU pods so they start again",
+            NOT_SIMULATED: "the runtime's config.toml on the node is not a scenario fact",
+        },
+    )
+    return node_finding(
+        view,
+        fid="workload.no-driver-in-pod",
+        sev=Severity.ERROR,
+        link="toolkit",
+        cause=f"GPU pods {refs} were taken on by the kubelet after the device plugin registered, so they were given "
+        "their GPU, yet their containers have no driver, while the node's default runtime gave the plugin's own "
+        "container NVML with no RuntimeClass: the NVIDIA runtime runs on the node but does not act on the plugin's "
+        "allocation for these pods, so its settings differ from the toolkit's defaults (a mode forced to legacy, or "
+        "the envvar of unprivileged containers refused).",
+        evidence=[
+            f"GPU pods admitted after the plugin's run began, with no runtimeClassName, that say so: {refs}",
+            *said.evidence("pod says"),
+            *proof.evidence(view),
+        ],
+        fix=ctx.stack.render(action),
         action=action,
     )
 
