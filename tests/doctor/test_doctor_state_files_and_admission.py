@@ -146,11 +146,14 @@ def test_a_plugin_that_asks_for_a_runtime_class_proves_nothing_of_the_default_ru
 
 
 def _taken_on_at(when: str) -> Callable[[SimCluster], None]:
-    """An edit: the kubelet took the serve pods on at ``when`` (their status.startTime)."""
+    """An edit: the serve pods' containers started at ``when`` (what bounds when the kubelet took them on)."""
 
     def edit(sim: SimCluster) -> None:
         for p in sim.cluster.list(POD, namespace="apps"):
-            sim.cluster.patch_status(POD, name=name_of(p), namespace="apps", status={"startTime": when})
+            statuses = copy.deepcopy(p["status"]["containerStatuses"])
+            for cs in statuses:
+                cs["state"] = {"running": {"startedAt": when}}
+            sim.cluster.patch_status(POD, name=name_of(p), namespace="apps", status={"containerStatuses": statuses})
 
     return edit
 

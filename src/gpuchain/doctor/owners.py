@@ -56,6 +56,17 @@ def runtime_class_of(ctx: Context, pod: Obj) -> str:
     return str(template.get("runtimeClassName") or "")
 
 
+def volumes_spec(ctx: Context, pod: Obj) -> Obj:
+    """The spec that shows ``pod``'s volumes and its containers' volumeMounts and env: its own where it lists volumes,
+    else its DaemonSet's pod template. The live read leaves a Pod's volumes and volumeMounts out (`Cluster.
+    list_readonly`); the DaemonSet controller made the pod from that template, so it mounts what the template does."""
+    own = pod.get("spec") or {}
+    if own.get("volumes"):
+        return own
+    template = ((owner_daemonset(ctx, pod).get("spec") or {}).get("template") or {}).get("spec") or {}
+    return template or own
+
+
 def chart_of(ctx: Context, labels: dict[str, str]) -> tuple[str, str, str]:
     """The chart a DaemonSet's Helm labels name: its name, the reference a fix upgrades it by (the repo alias of
     gpuchain's known charts) and its version; helm.sh/chart is ``<chart name>-<chart version>``."""

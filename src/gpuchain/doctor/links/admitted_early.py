@@ -35,7 +35,7 @@ from gpuchain.doctor.links.kubelet_defects import (
 )
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
 from gpuchain.doctor.node import node_info
-from gpuchain.doctor.owners import runtime_class_of
+from gpuchain.doctor.owners import runtime_class_of, volumes_spec
 from gpuchain.doctor.pods import pod_state
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -70,7 +70,7 @@ def default_runtime_injects(ctx: Context, view: NodeView) -> DefaultRuntime | No
     its registration, and the node offers GPUs; None where any of that does not hold (the operator's plugin asks for
     a RuntimeClass, a plugin may mount the library itself)."""
     plugin = view.pod(DEVICE_PLUGIN)
-    if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready or library_from_host(plugin):
+    if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready or library_from_host(ctx, plugin):
         return None
     offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
     log = operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=pod_state(plugin).container, last="")
@@ -122,10 +122,10 @@ def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], sai
 NVML_LIBRARY = "libnvidia-ml.so"
 
 
-def library_from_host(pod: Obj) -> bool:
+def library_from_host(ctx: Context, pod: Obj) -> bool:
     """Does ``pod`` mount NVML from the host itself: a hostPath volume of the library's file, or of a directory one of
     its containers mounts where its LD_LIBRARY_PATH looks? Then its finding NVML says nothing of the node's runtime."""
-    spec = pod.get("spec") or {}
+    spec = volumes_spec(ctx, pod)
     host = {str(v.get("name")): str((v.get("hostPath") or {}).get("path") or "") for v in spec.get("volumes") or []}
     if any(NVML_LIBRARY in path for path in host.values()):
         return True
@@ -151,11 +151,10 @@ def _running_since(pod: Obj) -> str:
 
 
 def _admitted_at(pod: Obj) -> str:
-    """When the kubelet took ``pod`` on (its status.startTime), else the earliest time its containers show (a start,
-    or the end of a run that never started, whose startedAt is the zero time); "" where it shows none."""
+    """The earliest time ``pod``'s containers show, a bound on when the kubelet took it on (a start, or the end of a
+    run that never started, whose startedAt is the zero time); "" where it shows none. Not status.startTime, which the
+    live read leaves out (`Cluster.list_readonly`)."""
     status = pod.get("status") or {}
-    if status.get("startTime"):
-        return str(status["startTime"])
     times = []
     for cs in status.get("containerStatuses") or []:
         for state in ((cs.get("state") or {}), (cs.get("lastState") or {})):
