@@ -37,8 +37,16 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import next_step, shape_first, shape_of, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
-from gpuchain.doctor.owners import owner_daemonset, repair_target, silent
-from gpuchain.doctor.pods import FAILED_TERMINATION, FAILING, NOT_CREATED, pod_state, start_refused
+from gpuchain.doctor.owners import owner_daemonset, repair_target, runtime_class_of, silent, volumes_spec
+from gpuchain.doctor.pods import (
+    FAILED_TERMINATION,
+    FAILING,
+    NOT_CREATED,
+    container_ran,
+    pod_state,
+    sandbox_created,
+    start_refused,
+)
 from gpuchain.doctor.releases import NEWEST, showing, version_of
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests
 from gpuchain.kube.objects import Obj, name_of, namespace_of
@@ -107,6 +115,9 @@ class Failure:
     text: str  #: waiting message, last terminated message and the log the gather step read
     init: bool
     restarts: int
+    #: A host directory a lower link makes that the pod's sandbox waits on, read from its state where no Event said
+    #: so (`waits_on_host_path`); "" for a failure its own words show.
+    host_path: str = ""
 
     def describe(self) -> str:
         kind = "init container" if self.init else "container"
@@ -293,9 +304,8 @@ def provider_of(ctx: Context, path: str) -> str | None:
 
 def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
-    (FailedMount events): witnesses for the link that creates the directory, never for their own."""
-    if not view.events:
-        return []
+    (FailedMount events, or with none left the pod's state: `waits_on_host_path`): witnesses for the link that
+    creates the directory, never for their own."""
     out = []
     for pod in view.pods:
         said = [
@@ -303,8 +313,8 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
             for e in view.events
             if e.get("reason") == "FailedMount" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
         ]
+        container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
         if any(HOST_PATH.search(m) for m in said):
-            container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
             out.append(
                 Failure(
                     pod=pod,
@@ -315,7 +325,51 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
                     restarts=0,
                 )
             )
+        elif not said and (path := waits_on_host_path(ctx, view, pod)):
+            reason = "ContainerCreating (no sandbox)"
+            out.append(
+                Failure(pod=pod, container=container, reason=reason, text="", init=False, restarts=0, host_path=path)
+            )
     return out
+
+
+#: hostPath types whose path the kubelet checks before it mounts the volume (kubernetes pkg/volume/hostpath/
+#: host_path.go checkType@v1.37.2): one that is missing fails the mount, and the kubelet makes no sandbox for a pod
+#: before its volumes are mounted (pkg/kubelet/kubelet.go SyncPod, WaitForAttachAndMount before the runtime's
+#: SyncPod). An untyped or *OrCreate hostPath never fails for a missing path.
+MUST_EXIST = frozenset({"Directory", "File", "Socket", "CharDevice", "BlockDevice"})
+#: Volume sources the kubelet always has at hand (a service account's projected token and the cluster's CA, the pod's
+#: own fields, scratch space): none of them keeps a pod from its sandbox.
+ALWAYS_MOUNTED = frozenset({"hostPath", "emptyDir", "projected", "downwardAPI"})
+
+
+def waits_on_host_path(ctx: Context, view: NodeView, pod: Obj) -> str:
+    """The host directory a lower link makes that ``pod``'s sandbox waits on, read from state alone (for a dump whose
+    Events have expired): the pod has no sandbox (PodReadyToStartContainers False, none of its containers ever ran)
+    on a Ready node, names no RuntimeClass (whose missing handler would be the runtime's), mounts nothing but
+    hostPaths and volumes that are always there, and every hostPath it needs to exist is one a link of the chain makes
+    (the same link for all): that path is what the kubelet could not mount. "" where any of that does not hold."""
+    spec = volumes_spec(ctx, pod)
+    status = pod.get("status") or {}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    waiting = sandbox_created(pod) is False and not any(container_ran(c) for c in statuses)
+    if not waiting or runtime_class_of(ctx, pod):
+        return ""
+    if not any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (view.node.get("status") or {}).get("conditions") or []
+    ):
+        return ""
+    volumes = spec.get("volumes") or []
+    if any(not ALWAYS_MOUNTED & set(v) for v in volumes):
+        return ""
+    needed = [
+        str(v["hostPath"].get("path") or "")
+        for v in volumes
+        if "hostPath" in v and (v["hostPath"].get("type") or "") in MUST_EXIST
+    ]
+    links = {provider_of(ctx, path) for path in needed}
+    return needed[0] if needed and len(links) == 1 and None not in links else ""
 
 
 def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
@@ -652,6 +706,11 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
     if stale is not None:
         return stale
     for failure in found:
+        if failure.host_path:
+            waited = _host_path_wait(ctx, view, link=link, failure=failure)
+            if waited is not None:
+                return waited
+            continue
         known = classify(ctx, failure.text)
         # A validation whose image the kubelet cannot pull, or whose config it cannot build, never ran, so it
         # proves nothing of the link it validates: the pod that carries it fails to start, which its own link's
@@ -730,6 +789,38 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
             action=action,
         )
     return None
+
+
+def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure) -> Finding | None:
+    """The root finding for an operand pod whose sandbox waits on a host directory ``link`` makes (`waits_on_host_path`:
+    read from the pod's state, no Event left to say it), as the kubelet's FailedMount would have named it; None where
+    another link makes the directory."""
+    made_by = provider_of(ctx, failure.host_path)
+    if made_by != link:
+        return None
+    finding_id = "driver.not-installed" if link == "driver" else f"{link}.not-installed"
+    volumes = volumes_spec(ctx, failure.pod).get("volumes") or []
+    volume: Obj = next((v for v in volumes if (v.get("hostPath") or {}).get("path") == failure.host_path), {})
+    kind = (volume.get("hostPath") or {}).get("type")
+    action, fix = _fix(ctx, view, finding_id, link, failure)
+    return Finding(
+        id=finding_id,
+        severity=Severity.ERROR,
+        link=link,
+        cause=f"pod {name_of(failure.pod)} never got a sandbox: the kubelet mounts a pod's volumes before it asks the "
+        f"runtime for one, and this pod mounts {failure.host_path} with hostPath type {kind}, which the {link} makes "
+        "on the node, so it is not there. Nothing "
+        "else this pod mounts can be missing, and the node is Ready with no RuntimeClass in the way.",
+        evidence=(
+            failure.describe(),
+            f"condition PodReadyToStartContainers: False; no container of {name_of(failure.pod)} has run",
+            f"volume {volume.get('name')}: hostPath {failure.host_path} (type {kind})",
+            "no Event left to say it (the API server keeps Events an hour)",
+        ),
+        fix=fix,
+        node=view.name,
+        action=action,
+    )
 
 
 def unrecognised(ctx: Context, *, view: NodeView, link_of: dict[str, str], found: list[Failure]) -> list[Finding]:

@@ -115,6 +115,35 @@ def host_tolerations(stack: str) -> list[dict[str, str]]:
     return [dict(t) for t in (*HOST_TOLERATIONS, *(AKS_TOLERATIONS if stack == "aks" else ()))]
 
 
+#: What GKE's device plugin pod mounts (GoogleCloudPlatform/container-engine-accelerators cmd/nvidia_gpu/
+#: device-plugin.yaml, whose header says GKE's own copy is the source of truth): the kubelet's device-plugins
+#: directory, /dev, the driver GKE's installer writes under /home/kubernetes/bin/nvidia (at /usr/local/nvidia, on the
+#: plugin's LD_LIBRARY_PATH), the pod-resources socket, /proc and /etc/nvidia. The repository's copy makes the driver
+#: directory DirectoryOrCreate; GKE's own has been type Directory, whose check users meet on a pool with no driver
+#: installed ("hostPath type check failed: /home/kubernetes/bin/nvidia is not a directory", the kubelet's
+#: pkg/volume/hostpath/host_path.go message).
+GKE_PLUGIN_VOLUMES = [
+    {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+    {"name": "dev", "hostPath": {"path": "/dev"}},
+    {"name": "nvidia", "hostPath": {"path": gke_stack.DRIVER_ROOT, "type": "Directory"}},
+    {"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}},
+    {"name": "proc", "hostPath": {"path": "/proc"}},
+    {"name": "nvidia-config", "hostPath": {"path": "/etc/nvidia"}},
+]
+GKE_PLUGIN_MOUNTS = [
+    {"name": "device-plugin", "mountPath": "/device-plugin"},
+    {"name": "dev", "mountPath": "/dev"},
+    {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
+    {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources"},
+    {"name": "proc", "mountPath": "/proc"},
+    {"name": "nvidia-config", "mountPath": "/etc/nvidia"},
+]
+GKE_PLUGIN_ENV = [
+    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    {"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"},
+]
+
+
 def _rename_container(spec: dict[str, Any], name: str, image: str | None) -> None:
     main = spec["containers"][0]
     main["name"] = name
@@ -161,6 +190,10 @@ def restyle_daemonset(
     spec.pop("initContainers", None)
     spec["tolerations"] = host_tolerations(stack)
     _rename_container(spec, container, image)
+    if stack == "gke":
+        spec["volumes"] = copy.deepcopy(GKE_PLUGIN_VOLUMES)
+        main = spec["containers"][0]
+        main["volumeMounts"], main["env"] = copy.deepcopy(GKE_PLUGIN_MOUNTS), copy.deepcopy(GKE_PLUGIN_ENV)
     return ds
 
 

@@ -16,6 +16,8 @@ NAMESPACE = "kube-system"
 PLUGIN_PREFIX = "nvidia-gpu-device-plugin"
 INSTALLER = "nvidia-driver-installer"
 ACCELERATOR = "cloud.google.com/gke-accelerator"
+#: Where GKE installs the driver on the host (its docs and NVIDIA/dcgm-exporter#59).
+DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 
 
 def detect(snapshot: Snapshot) -> Stack | None:
@@ -50,9 +52,8 @@ def detect(snapshot: Snapshot) -> Stack | None:
         policy=spec,
         host_driver=installer is None,
         prefixes={PLUGIN_PREFIX: "device-plugin"},
-        # GKE installs the driver under /home/kubernetes/bin/nvidia on the host (its docs and
-        # NVIDIA/dcgm-exporter#59): an operand of another release must mount it to load NVML.
-        driver_root="/home/kubernetes/bin/nvidia",
+        # An operand of another release must mount the driver root to load NVML.
+        driver_root=DRIVER_ROOT,
         # GKE's documented ways to get the driver onto a GPU node pool (cloud.google.com/kubernetes-engine/
         # docs/how-to/gpus): the pool's gpu-driver-version, the node label that asks node auto-provisioning for a
         # pool with one (the installer DaemonSets select nodes without it: container-engine-accelerators
