@@ -92,3 +92,12 @@ def test_a_refusal_while_every_gpu_was_in_use_is_no_fault(tmp_path: Path) -> Non
     busy = "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 8, capacity: 8"
     report = _from_kubectl_dump(built(TWO_NODES, _with(_refused(busy))), tmp_path)
     assert not [f for f in report.findings if f.severity is Severity.ERROR]
+
+
+def test_a_refused_pod_that_shows_no_gpu_request_is_read_too(tmp_path: Path) -> None:
+    """The refusal's message names the resource: a pod whose spec a dump trimmed, or that asked through an extended
+    resource of another name, is still the kubelet's refusal of a GPU on that node."""
+    bare = _refused("Pod was rejected: " + SAID)
+    bare["spec"]["containers"][0].pop("resources")
+    report = _from_kubectl_dump(built(TWO_NODES, _with(bare)), tmp_path)
+    assert [f.node for f in report.findings if f.id == "node.gpu-pod-refused-before-plugin"] == ["gpu-b"]

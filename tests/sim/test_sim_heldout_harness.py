@@ -46,3 +46,25 @@ def test_a_container_that_never_ran_has_no_log() -> None:
 def test_a_running_container_is_started() -> None:
     status, log = _plugin({})
     assert status["started"] is True and "lastState" not in status and log == "the run's last line\n"
+
+
+def test_a_pod_refused_at_admission_keeps_the_refusal_in_its_status() -> None:
+    """rejectPod records the Event and sets the pod Failed with the same reason and message together (kubernetes
+    pkg/kubelet/kubelet.go@v1.37.2): a case that writes the Event has the status beside it."""
+    said = "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices nvidia.com/gpu"
+    sim = build(parse_scenario("name: t\nstack: nvidia-device-plugin\nnodes:\n  - {name: g}\n"))
+    harness._apply(sim.cluster, {"do": "node", "node": "g", "nodeInfo": {"kubeletVersion": "v1.30.4"}})
+    edit = {
+        "do": "pod",
+        "daemonset": PLUGIN,
+        "node": "g",
+        "phase": "Failed",
+        "events": [{"reason": "UnexpectedAdmissionError", "message": said}],
+    }
+    harness._apply(sim.cluster, edit)
+    harness.as_the_kubelet_writes(sim.cluster)
+    pod = next(p for p in sim.cluster.list(POD) if name_of(p).startswith(PLUGIN))
+    assert (pod["status"]["reason"], pod["status"]["message"]) == (
+        "UnexpectedAdmissionError",
+        f"Pod was rejected: {said}",
+    )

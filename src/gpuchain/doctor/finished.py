@@ -54,9 +54,11 @@ def split_finished(pods: list[Obj], nodes: list[Obj]) -> tuple[list[Obj], list[O
     if not failed:
         return live, []
     gpu_nodes = {name_of(n) for n in nodes if is_gpu_node(n)}
-    on_gpu_nodes = [p for p in failed if (p.get("spec") or {}).get("nodeName") in gpu_nodes and pod_gpu_requests(p)]
-    kept = [p for p in on_gpu_nodes if failed_containers(p)]
-    # A GPU pod the kubelet refused at admission ran no container: its status keeps the refusal the kubelet's Event
-    # said, after the Event is gone (`admission_reasons.rejection_event`).
+    on_gpu_nodes = [p for p in failed if (p.get("spec") or {}).get("nodeName") in gpu_nodes]
+    kept = [p for p in on_gpu_nodes if pod_gpu_requests(p) and failed_containers(p)]
+    # A pod the kubelet refused at admission ran no container: its status keeps the refusal the kubelet's Event
+    # said, after the Event is gone (`admission_reasons.rejection_event`). Any pod's on a GPU node: the refusal's
+    # message names the resource (a pod that asked for a GPU through a claim or an extended resource of its own
+    # shows no nvidia.com/gpu request).
     refused = [p for p in on_gpu_nodes if rejected_by_kubelet(p)]
     return live, sorted(kept, key=_finished_at, reverse=True)[:MAX_FINISHED] + refused[:MAX_FINISHED]

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from gpuchain.doctor.admission_reasons import UNEXPECTED_ADMISSION, refusal
 from gpuchain.doctor.diagnose import run_doctor
 from gpuchain.doctor.model import Finding, Report, Severity
 from gpuchain.doctor.node import SANDBOX_FAILED, VOLUME_WAITS
@@ -417,6 +418,31 @@ READY_TO_START_SINCE = (1, 29)
 NO_SANDBOX_YET = (SANDBOX_FAILED, *VOLUME_WAITS)
 
 
+#: The kubelet release from which a refused pod's status message reads "Pod was rejected: <message>"; before it,
+#: "Pod <message>" (pkg/kubelet/kubelet.go rejectPod; gpuchain.doctor.admission_reasons reads both).
+REJECTED_SINCE = (1, 26)
+
+
+def _rejections_in_status(cluster: MemoryCluster, kubelets: dict[str, tuple[int, ...] | None]) -> None:
+    """A Failed pod the kubelet refused at admission carries the refusal in its own status as well as in its Event:
+    rejectPod records the Event and sets the pod's phase, reason and message together (kubernetes pkg/kubelet/kubelet.go
+    @v1.37.2), so a case that wrote the Event has the status the kubelet wrote beside it (where the case set none)."""
+    refused = {
+        (str((ev.get("involvedObject") or {}).get("namespace")), str((ev.get("involvedObject") or {}).get("name"))): ev
+        for ev in cluster.list(EVENT)
+        if ev.get("reason") == UNEXPECTED_ADMISSION or refusal(str(ev.get("reason") or "")) is not None
+    }
+    for pod in cluster.list(POD):
+        meta, status = pod["metadata"], pod.get("status") or {}
+        ev = refused.get((meta["namespace"], meta["name"]))
+        if ev is None or status.get("phase") != "Failed" or status.get("reason"):
+            continue
+        kubelet = kubelets.get(pod["spec"].get("nodeName", "")) or REJECTED_SINCE
+        prefix = "Pod was rejected: " if kubelet >= REJECTED_SINCE else "Pod "
+        written = {"reason": ev["reason"], "message": prefix + str(ev.get("message") or "")}
+        cluster.patch_status(POD, name=meta["name"], status=written, namespace=meta["namespace"])
+
+
 def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
     """Each pod's conditions as the kubelet derives them from its containers' states (kubernetes
     pkg/kubelet/status/generate.go@v1.37.2: Initialized once every init container has exited 0 or, a restartable
@@ -435,6 +461,7 @@ def as_the_kubelet_writes(cluster: MemoryCluster) -> None:
         n["metadata"]["name"]: version_of(str(n["status"].get("nodeInfo", {}).get("kubeletVersion", "")))
         for n in cluster.list(NODE)
     }
+    _rejections_in_status(cluster, kubelets)
     for pod in cluster.list(POD):
         status = pod.get("status") or {}
         mains = status.get("containerStatuses") or []
