@@ -809,8 +809,8 @@ def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure
         link=link,
         cause=f"pod {name_of(failure.pod)} never got a sandbox: the kubelet mounts a pod's volumes before it asks the "
         f"runtime for one, and this pod mounts {failure.host_path} with hostPath type {kind}, which the {link} makes "
-        "on the node, so it is not there. Nothing "
-        "else this pod mounts can be missing, and the node is Ready with no RuntimeClass in the way.",
+        "on the node, so it is not there: nothing else this pod mounts can be missing, and the node is Ready with no "
+        "RuntimeClass in the way.",
         evidence=(
             failure.describe(),
             f"condition PodReadyToStartContainers: False; no container of {name_of(failure.pod)} has run",

@@ -56,6 +56,7 @@ class DefaultRuntime:
     offered: dict[str, int]
 
     def evidence(self, view: NodeView) -> list[str]:
+        """The lines that show it, for either finding that rests on it."""
         return [
             f"device plugin pod {name_of(self.plugin)}: ready, no runtimeClassName, no NVML library mounted from the "
             "host",
