@@ -25,6 +25,7 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.catalog import Entry
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.fabric_logs import CUDA_VALIDATION
+from gpuchain.doctor.host_dirs import link_making, waits_on_host_path
 from gpuchain.doctor.leftover_runtime import leftover_runtime
 from gpuchain.doctor.links.common import Known
 from gpuchain.doctor.links.cuda_branches import needed
@@ -37,14 +38,12 @@ from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.next_steps import next_step, shape_first, shape_of, silent_fix
 from gpuchain.doctor.node import runtime_scheme, runtime_setup
 from gpuchain.doctor.node_image import node_image, nodeadm_left_runc
-from gpuchain.doctor.owners import owner_daemonset, repair_target, runtime_class_of, silent, volumes_spec
+from gpuchain.doctor.owners import owner_daemonset, repair_target, silent, volumes_spec
 from gpuchain.doctor.pods import (
     FAILED_TERMINATION,
     FAILING,
     NOT_CREATED,
-    container_ran,
     pod_state,
-    sandbox_created,
     start_refused,
 )
 from gpuchain.doctor.releases import NEWEST, showing, version_of
@@ -55,11 +54,6 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, RUNTIME_CLASS_HAND
 #: The kubelet's message when a hostPath volume of type Directory is not on the host (catalog.yaml).
 HOST_PATH_ENTRY = "kubelet.hostpath-not-directory"
 HOST_PATH = re.compile(r"hostPath type check failed: (\S+) is not a directory")
-#: Host directories that a lower link creates and operands mount (hostPath type Directory): the
-#: operator's driver root (NVIDIA/gpu-operator assets, driverInstallDir /run/nvidia/driver) and
-#: the toolkit's install dir (toolkit.installDir /usr/local/nvidia); a stack's own driver root is
-#: added from the adapter (GKE's /home/kubernetes/bin/nvidia).
-PROVIDED_BY = (("/run/nvidia/driver", "driver"), ("/usr/local/nvidia", "toolkit"), ("/run/nvidia/toolkit", "toolkit"))
 #: The finding a message raises where it proves a link broken in any pod (scope "anywhere" in
 #: catalog.yaml, or a missing driver on a stack whose node image should carry it).
 FINDING_OF = {
@@ -296,12 +290,6 @@ def witnesses(ctx: Context, *, view: NodeView, found: list[Failure]) -> list[Fai
     ]
 
 
-def provider_of(ctx: Context, path: str) -> str | None:
-    """The link that creates host directory ``path`` (None when no link of the chain does)."""
-    owners = ((ctx.stack.driver_root, "driver"), *PROVIDED_BY) if ctx.stack.driver_root else PROVIDED_BY
-    return next((link for root, link in owners if path == root or path.startswith(root.rstrip("/") + "/")), None)
-
-
 def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
     (FailedMount events, or with none left the pod's state: `waits_on_host_path`): witnesses for the link that
@@ -333,45 +321,6 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     return out
 
 
-#: hostPath types whose path the kubelet checks before it mounts the volume (kubernetes pkg/volume/hostpath/
-#: host_path.go checkType@v1.37.2): one that is missing fails the mount, and the kubelet makes no sandbox for a pod
-#: before its volumes are mounted (pkg/kubelet/kubelet.go SyncPod, WaitForAttachAndMount before the runtime's
-#: SyncPod). An untyped or *OrCreate hostPath never fails for a missing path.
-MUST_EXIST = frozenset({"Directory", "File", "Socket", "CharDevice", "BlockDevice"})
-#: Volume sources the kubelet always has at hand (a service account's projected token and the cluster's CA, the pod's
-#: own fields, scratch space): none of them keeps a pod from its sandbox.
-ALWAYS_MOUNTED = frozenset({"hostPath", "emptyDir", "projected", "downwardAPI"})
-
-
-def waits_on_host_path(ctx: Context, view: NodeView, pod: Obj) -> str:
-    """The host directory a lower link makes that ``pod``'s sandbox waits on, read from state alone (for a dump whose
-    Events have expired): the pod has no sandbox (PodReadyToStartContainers False, none of its containers ever ran)
-    on a Ready node, names no RuntimeClass (whose missing handler would be the runtime's), mounts nothing but
-    hostPaths and volumes that are always there, and every hostPath it needs to exist is one a link of the chain makes
-    (the same link for all): that path is what the kubelet could not mount. "" where any of that does not hold."""
-    spec = volumes_spec(ctx, pod)
-    status = pod.get("status") or {}
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    waiting = sandbox_created(pod) is False and not any(container_ran(c) for c in statuses)
-    if not waiting or runtime_class_of(ctx, pod):
-        return ""
-    if not any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (view.node.get("status") or {}).get("conditions") or []
-    ):
-        return ""
-    volumes = spec.get("volumes") or []
-    if any(not ALWAYS_MOUNTED & set(v) for v in volumes):
-        return ""
-    needed = [
-        str(v["hostPath"].get("path") or "")
-        for v in volumes
-        if "hostPath" in v and (v["hostPath"].get("type") or "") in MUST_EXIST
-    ]
-    links = {provider_of(ctx, path) for path in needed}
-    return needed[0] if needed and len(links) == 1 and None not in links else ""
-
-
 def admission_refused(ctx: Context, view: NodeView) -> list[Failure]:
     """GPU pods the kubelet rejected at admission (UnexpectedAdmissionError) with a message that proves a
     link broken wherever it shows: the device plugin only relays what NVML told it."""
@@ -400,7 +349,7 @@ def classify(ctx: Context, text: str) -> tuple[Entry, str, str] | None:
         if found is not None:
             return e, link, found.line
     mount = HOST_PATH.search(text)
-    owner = provider_of(ctx, mount.group(1)) if mount else None
+    owner = link_making(ctx, mount.group(1)) if mount else None
     if mount and owner:
         entry = catalog.entry(HOST_PATH_ENTRY)
         return entry, owner, next(ln.strip() for ln in text.splitlines() if HOST_PATH.search(ln))
@@ -795,7 +744,7 @@ def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure
     """The root finding for an operand pod whose sandbox waits on a host directory ``link`` makes (`waits_on_host_path`:
     read from the pod's state, no Event left to say it), as the kubelet's FailedMount would have named it; None where
     another link makes the directory."""
-    made_by = provider_of(ctx, failure.host_path)
+    made_by = link_making(ctx, failure.host_path)
     if made_by != link:
         return None
     finding_id = "driver.not-installed" if link == "driver" else f"{link}.not-installed"

@@ -14,7 +14,8 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.dra_conflict import GPU_DRA_DRIVERS, published_devices
 from gpuchain.doctor.driver_soname import unlocated
-from gpuchain.doctor.evidence import PROVIDED_BY, install_driver, refused_message
+from gpuchain.doctor.evidence import install_driver, refused_message
+from gpuchain.doctor.host_dirs import PROVIDED_BY
 from gpuchain.doctor.links.common import Result, node_finding, placement_fix, said_in
 from gpuchain.doctor.links.dra_stale import check_stale_plugin
 from gpuchain.doctor.links.not_ready import not_ready
