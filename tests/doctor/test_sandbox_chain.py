@@ -336,3 +336,25 @@ def test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_resta
     assert (root.id, root.link) == ("sandbox.vgpu-manager-unanswered", "driver")
     assert root.action is not None and root.action.changes["name"].startswith("nvidia-vgpu-manager-daemonset")
     assert "sriov-manage" not in root.fix
+
+
+def test_a_vfio_bind_the_kernel_refuses_is_the_nodes_missing_iommu() -> None:
+    """vfio-pci takes no device without an IOMMU group (torvalds/linux drivers/vfio/group.c vfio_group_find_or_alloc:
+    -EINVAL), so the VFIO manager's bind write (NVIDIA/gpu-operator assets/state-vfio-manager/0400_configmap.yaml
+    bind_pci_device) fails with bash's "write error: Invalid argument" (builtins/common.c sh_wrerror) on a node booted
+    without its IOMMU, or a VM given none: the node's kernel command line (or its hypervisor) is the repair."""
+    log = (
+        "binding device 0000:3b:00.0 to vfio-pci\n"
+        "/bin/vfio-manage.sh: line 140: echo: write error: Invalid argument\n"
+    )
+    crash = {
+        "do": "pod",
+        "daemonset": "nvidia-vfio-manager",
+        "node": "pt",
+        "containers": [{"name": "nvidia-vfio-manager", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}],
+        "logs": {"nvidia-vfio-manager": log},
+    }
+    root = _root(diagnosed(VMS, crash), "pt")
+    assert (root.id, root.link) == ("node.iommu-missing", "node")
+    assert "intel_iommu=on" in root.fix and "nvidia.com/gpu.workload.config=container" in root.fix
+    assert any(e.startswith("catalog: vfio-manager.bind-refused") for e in root.evidence)

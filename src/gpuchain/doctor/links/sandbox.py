@@ -114,6 +114,8 @@ NO_VFS = re.compile(
 #: "command failed, retrying after %d seconds", VGPUManager.validate's "vGPU Manager is not ready").
 NO_SMI = re.compile(r"command failed, retrying|vGPU Manager is not ready", re.IGNORECASE)
 #: The vfio-pci validation's refusal (VfioPCI.runValidation): a GPU still bound to another driver.
+#: The VFIO manager's write to vfio-pci's bind file refused with EINVAL (catalog.yaml).
+BIND_REFUSED = "vfio-manager.bind-refused"
 NOT_VFIO = re.compile(r"device not bound to 'vfio-pci'; device: (\S+) driver: '([^']*)'")
 #: The links the container chain walks that a VM node does not use.
 UNUSED = ("toolkit", "gfd", "exporter", "mig")
@@ -289,6 +291,9 @@ class _Walk:
         refused = NOT_VFIO.search(log)
         if refused is not None:
             return self.not_vfio(refused, st)
+        no_group = catalog.find(log, BIND_REFUSED) if op is VFIO_MANAGER else None
+        if no_group is not None:
+            return self.no_iommu(st, no_group)
         if op is VALIDATOR and st.container in VALIDATES:
             op = VALIDATES[st.container]
             if op is VGPU_MANAGER and NO_VFS.search(log):
@@ -343,6 +348,29 @@ class _Walk:
             evidence=[st.describe(), f"log: {refused.group(0)}"],
             fix=restart,
             note=note,
+        )
+
+    def no_iommu(self, st: PodState, said: catalog.Match) -> Finding:
+        """The VFIO manager's bind of a GPU to vfio-pci refused with EINVAL: vfio-pci takes no device without an IOMMU
+        group, so the node itself lacks what passthrough needs (its kernel's IOMMU, or on a VM the hypervisor's)."""
+        action = Fix(
+            FixOp.NODE,
+            self.view.name,
+            {
+                "action": said.entry.repair(self.view.name),
+                NOT_SIMULATED: "a node's IOMMU is not a scenario fact",
+            },
+        )
+        return self.finding(
+            fid="node.iommu-missing",
+            link="node",
+            cause="the VFIO manager cannot bind the node's GPUs to vfio-pci: the kernel refuses the bind (EINVAL) "
+            "because the GPU is in no IOMMU group, so the node was booted without its IOMMU on (or, a VM, is given "
+            "none by its hypervisor). No GPU can be passed through to a VM here until it has one; the sandbox "
+            "operands above the VFIO manager wait for it.",
+            evidence=[st.describe(), *said.evidence()],
+            fix=action,
+            note="then the VFIO manager's pod binds them at its next start",
         )
 
     def no_vfs(self, st: PodState, log: str) -> Finding:
