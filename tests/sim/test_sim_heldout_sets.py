@@ -69,6 +69,8 @@ ORDER = (
     "heldout50",
     "heldout51",
     "heldout52",
+    "heldout53",
+    "heldout54",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -94,6 +96,8 @@ BESIDE = {
     "heldout48": {"heldout46", "heldout47"},
     "heldout49": {"heldout50"},
     "heldout50": {"heldout49"},
+    "heldout53": {"heldout54"},
+    "heldout54": {"heldout53"},
 }
 #: Sets smaller than the issue's 20, written in pairs (or threes) beside each other in one stop (16 each; heldout27 10,
 #: heldout29 12, heldout31 10, heldout32 9, heldout34 12, heldout35 10, heldout36 8, heldout37 8, heldout38 10,
@@ -118,7 +122,11 @@ BESIDE = {
 #: two-fault cases, and three descriptions of working clusters from two pages; heldout52 6: its writer found no
 #: uncited Q&A or forum thread with a Kubernetes GPU failure in the stored pages, and two write-ups kept in
 #: repositories (a homelab's device plugin notes, a platform team's EKS AMI matrix), each giving two successive states
-#: of its cluster, and one build log of a working cluster giving two).
+#: of its cluster, and one build log of a working cluster giving two; heldout53 8: its writer found three uncited,
+#: odd-numbered reports with a readable resolution in the platform trackers (Harvester, the GPU Operator's and Kata's
+#: on RKE2 and OVH VMs), two of them used in both two-fault cases, and three descriptions of working clusters;
+#: heldout54 3: its writer found no uncited, odd-numbered non-English page with a Kubernetes GPU failure in the
+#: stored pages, only two describing working clusters, one giving two states).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -150,11 +158,13 @@ SMALLER = {
     "heldout50": 4,
     "heldout51": 6,
     "heldout52": 6,
+    "heldout53": 8,
+    "heldout54": 3,
 }
-#: Sets with no fault case at all, so no two-fault case: heldout50's writer found no uncited forum, Q&A or one-cluster
-#: page with a Kubernetes GPU failure and a readable fix in its share, only descriptions of working clusters; such a
-#: set measures the doctor's false alarms alone.
-HEALTHY_ONLY = {"heldout50"}
+#: Sets with no fault case at all, so no two-fault case: heldout50's and heldout54's writers found no uncited forum,
+#: Q&A or one-cluster page with a Kubernetes GPU failure and a readable fix in their shares, only descriptions of
+#: working clusters; such a set measures the doctor's false alarms alone.
+HEALTHY_ONLY = {"heldout50", "heldout54"}
 #: Sets with faults but no two-fault case: heldout52's two failure write-ups each describe one node or one node group,
 #: on platforms too unlike (a kubeadm homelab, an EKS node group) to be one cluster without inventing it.
 SINGLE_FAULTS = {"heldout52"}
