@@ -114,8 +114,9 @@ NO_VFS = re.compile(
 #: "command failed, retrying after %d seconds", VGPUManager.validate's "vGPU Manager is not ready").
 NO_SMI = re.compile(r"command failed, retrying|vGPU Manager is not ready", re.IGNORECASE)
 #: The vfio-pci validation's refusal (VfioPCI.runValidation): a GPU still bound to another driver.
-#: The VFIO manager's write to vfio-pci's bind file refused with EINVAL (catalog.yaml).
-BIND_REFUSED = "vfio-manager.bind-refused"
+#: The VFIO manager's write to vfio-pci's bind file refused with EINVAL (catalog.yaml): vfio-manage.sh's words under
+#: bash, and the Go vfio-manage's of k8s-driver-manager.
+BIND_REFUSED = ("vfio-manager.bind-refused", "vfio-manage.bind-refused")
 NOT_VFIO = re.compile(r"device not bound to 'vfio-pci'; device: (\S+) driver: '([^']*)'")
 #: The links the container chain walks that a VM node does not use.
 UNUSED = ("toolkit", "gfd", "exporter", "mig")
@@ -291,7 +292,7 @@ class _Walk:
         refused = NOT_VFIO.search(log)
         if refused is not None:
             return self.not_vfio(refused, st)
-        no_group = catalog.find(log, BIND_REFUSED) if op is VFIO_MANAGER else None
+        no_group = catalog.find(log, *BIND_REFUSED) if op is VFIO_MANAGER else None
         if no_group is not None:
             return self.no_iommu(st, no_group)
         if op is VALIDATOR and st.container in VALIDATES:
