@@ -367,3 +367,22 @@ def test_a_vfio_bind_the_kernel_refuses_is_the_nodes_missing_iommu(log: str) -> 
     assert (root.id, root.link) == ("node.iommu-missing", "node")
     assert "intel_iommu=on" in root.fix and "nvidia.com/gpu.workload.config=container" in root.fix
     assert any(e.startswith("catalog: vfio-manage") and "bind-refused" in e for e in root.evidence)
+
+
+def test_a_vfio_driver_the_host_cannot_load_gets_the_kernels_vfio_modules() -> None:
+    """k8s-driver-manager's Go vfio-manage loads the vfio driver by modprobe in the host's root and keeps only its
+    exit status (internal/linuxutils/kmod.go Load, wrapped in internal/nvpassthrough/nvpassthrough.go@bd62ca7d)."""
+    log = (
+        'time="2026-03-02T10:01:12Z" level=warning msg="Failed to bind device 0000:3b:00.0: failed to bind device '
+        '0000:3b:00.0 to vfio driver: failed to load "vfio-pci" driver: exit status 1"\n'
+    )
+    crash = {
+        "do": "pod",
+        "daemonset": "nvidia-vfio-manager",
+        "node": "pt",
+        "containers": [{"name": "nvidia-vfio-manager", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}],
+        "logs": {"nvidia-vfio-manager": log},
+    }
+    root = _root(diagnosed(VMS, crash), "pt")
+    assert "linux-modules-extra" in root.fix
+    assert any(e.startswith("catalog: vfio-manage.vfio-module-load-failed") for e in root.evidence)
