@@ -339,6 +339,17 @@ def test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_resta
     assert "sriov-manage" not in root.fix
 
 
+def _vfio_manager_crashing(log: str) -> dict[str, Any]:
+    """An edit: the VFIO manager on the passthrough node crash-loops with ``log``."""
+    return {
+        "do": "pod",
+        "daemonset": "nvidia-vfio-manager",
+        "node": "pt",
+        "containers": [{"name": "nvidia-vfio-manager", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}],
+        "logs": {"nvidia-vfio-manager": log},
+    }
+
+
 @pytest.mark.parametrize(
     "log",
     [
@@ -356,14 +367,7 @@ def test_a_vfio_bind_the_kernel_refuses_is_the_nodes_missing_iommu(log: str) -> 
     -EINVAL), so the VFIO manager's bind write (NVIDIA/gpu-operator assets/state-vfio-manager/0400_configmap.yaml
     bind_pci_device) fails with bash's "write error: Invalid argument" (builtins/common.c sh_wrerror) on a node booted
     without its IOMMU, or a VM given none: the node's kernel command line (or its hypervisor) is the repair."""
-    crash = {
-        "do": "pod",
-        "daemonset": "nvidia-vfio-manager",
-        "node": "pt",
-        "containers": [{"name": "nvidia-vfio-manager", "restarts": 9, "state": {"waiting": "CrashLoopBackOff"}}],
-        "logs": {"nvidia-vfio-manager": log},
-    }
-    root = _root(diagnosed(VMS, crash), "pt")
+    root = _root(diagnosed(VMS, _vfio_manager_crashing(log)), "pt")
     assert (root.id, root.link) == ("node.iommu-missing", "node")
     assert "intel_iommu=on" in root.fix and "nvidia.com/gpu.workload.config=container" in root.fix
     assert any(e.startswith("catalog: vfio-manage") and "bind-refused" in e for e in root.evidence)
@@ -376,13 +380,6 @@ def test_a_vfio_driver_the_host_cannot_load_gets_the_kernels_vfio_modules() -> N
         'time="2026-03-02T10:01:12Z" level=warning msg="Failed to bind device 0000:3b:00.0: failed to bind device '
         '0000:3b:00.0 to vfio driver: failed to load "vfio-pci" driver: exit status 1"\n'
     )
-    crash = {
-        "do": "pod",
-        "daemonset": "nvidia-vfio-manager",
-        "node": "pt",
-        "containers": [{"name": "nvidia-vfio-manager", "restarts": 4, "state": {"waiting": "CrashLoopBackOff"}}],
-        "logs": {"nvidia-vfio-manager": log},
-    }
-    root = _root(diagnosed(VMS, crash), "pt")
+    root = _root(diagnosed(VMS, _vfio_manager_crashing(log)), "pt")
     assert "linux-modules-extra" in root.fix
     assert any(e.startswith("catalog: vfio-manage.vfio-module-load-failed") for e in root.evidence)
