@@ -95,6 +95,8 @@ CLUSTER_TESTS = {
     "test_a_running_vgpu_manager_whose_driver_does_not_answer_nvidia_smi_is_restarted",
     "sandbox.vfio-unbound": "doctor.test_sandbox_chain::test_a_gpu_the_host_driver_keeps_from_vfio_pci_is_the_passthrough_nodes_driver_layer",
     "node.iommu-missing": "doctor.test_sandbox_chain::test_a_vfio_bind_the_kernel_refuses_is_the_nodes_missing_iommu",
+    "exporter.nvml-missed": "doctor.test_exporter_nvml_missed::"
+    "test_an_exporter_that_started_before_the_plugin_found_the_driver_is_restarted",
     "sandbox.vgpu-devices-missing": "doctor.test_sandbox_chain::"
     "test_vgpu_devices_never_created_for_a_failed_config_are_the_device_managers",
     "sandbox.nothing-advertised": "doctor.test_sandbox_chain::test_a_running_sandbox_plugin_that_announces_nothing_is_the_device_plugin_link",

@@ -295,6 +295,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     # 0800_daemonset.yaml@06faaf0c), so on a kubelet with another --root-dir it runs ready and attributes no GPU to
     # its pod; nothing but its log says so. One read, for the first such node.
     exporter_on: dict[str, tuple[tuple[str, str], tuple[LogKey, Obj]]] = {}
+    # An exporter release of its own: its running pods per DaemonSet, of which one is read (`_first_started`).
+    released: dict[tuple[str, str], list[tuple[str, tuple[LogKey, Obj]]]] = {}
     gpu_workloads_on: set[str] = set()
     workloads: list[tuple[LogKey, Obj]] = []
     # A running device plugin's log on each node, read where a GPU workload there is in trouble: whether the plugin
@@ -347,9 +349,11 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
             for cs in status.get("containerStatuses") or []:
                 if (cs.get("state") or {}).get("running") and cs.get("ready"):
                     key = (str(namespace), str(meta.get("name")), str(cs.get("name")))
+                    node_name = str((pod.get("spec") or {}).get("nodeName"))
                     if stacks_exporter:
-                        node_name = str((pod.get("spec") or {}).get("nodeName"))
                         exporter_on.setdefault(node_name, ((str(namespace), str(owner)), (key, cs)))
+                    elif own_release:
+                        released.setdefault((str(namespace), str(owner)), []).append((node_name, (key, cs)))
                     else:
                         samples.setdefault((str(namespace), str(owner)), (key, cs))
         if "device-plugin" in states:
@@ -433,6 +437,8 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     def by_key(candidate: tuple[LogKey, Obj]) -> LogKey:
         return candidate[0]
 
+    for ds, running_on in released.items():
+        samples.setdefault(ds, _first_started(running_on, plugin_on))
     for node in sorted(gpu_workloads_on & exporter_on.keys())[:1]:
         ds, candidate = exporter_on[node]
         samples.setdefault(ds, candidate)
@@ -463,6 +469,24 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     sandbox += sorted(passthrough, key=by_key)[:MAX_PASSTHROUGH_LOGS]
     troubled = sorted(workloads, key=by_key)[:MAX_WORKLOAD_LOGS]
     return operands[:limit] + sampled + troubled + plugins + sandbox + running
+
+
+def _started(cs: Obj) -> str:
+    """When a running container started (RFC 3339; "" where its status does not say)."""
+    return str(((cs.get("state") or {}).get("running") or {}).get("startedAt") or "")
+
+
+def _first_started(
+    running_on: list[tuple[str, tuple[LogKey, Obj]]], plugin_on: dict[str, tuple[LogKey, Obj]]
+) -> tuple[LogKey, Obj]:
+    """The exporter pod whose log is read for its DaemonSet: one that started before the device plugin on its node
+    (so, on a node whose driver comes up after boot, possibly before the driver, and dcgm-exporter loads NVML once, at
+    start: `links.exporter_nvml`), else the first."""
+    for node, candidate in running_on:
+        plugin = plugin_on.get(node)
+        if plugin is not None and _started(candidate[1]) and _started(candidate[1]) < _started(plugin[1]):
+            return candidate
+    return running_on[0][1]
 
 
 def _with_status(containers: list[tuple[Obj, str]]) -> list[tuple[LogKey, Obj]]:

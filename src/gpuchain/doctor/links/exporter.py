@@ -9,6 +9,7 @@ from collections.abc import Callable
 from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Known, Result, node_finding
+from gpuchain.doctor.links.exporter_nvml import started_before_driver
 from gpuchain.doctor.links.exporter_ready import serving_unprobed
 from gpuchain.doctor.links.exporter_root import host_engine_not_root
 from gpuchain.doctor.links.exporter_sidecars import sidecar_unlabelled
@@ -204,4 +205,4 @@ def check_exporter(ctx: Context, view: NodeView) -> Result:
     result = simple(ctx, view=view, operand=DCGM_EXPORTER, link=LINK, what=WHAT, failing=_not_ready)
     if result.state is not LinkState.OK:
         return result
-    return sidecar_unlabelled(ctx, view) or result
+    return started_before_driver(ctx, view) or sidecar_unlabelled(ctx, view) or result
