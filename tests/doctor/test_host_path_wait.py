@@ -100,3 +100,27 @@ def test_a_volume_that_may_be_missing_besides_leaves_the_wait_unexplained() -> N
 def test_a_kubelet_before_1_29_shows_no_sandbox_condition_and_proves_nothing() -> None:
     """Before 1.29 a pod without a sandbox and one pulling its image both read ContainerCreating."""
     assert ("driver.not-installed", NODE) not in _roots(_report(kubelet="v1.27.16-gke.1000"))
+
+
+def test_an_event_that_names_the_pod_speaks_for_it_instead() -> None:
+    """A FailedCreatePodSandBox Event says the volumes were mounted and the runtime refused the sandbox: the state
+    reading is for a pod no Event names."""
+    refused = {
+        "do": "pod",
+        "daemonset": "nvidia-gpu-device-plugin-large-cos",
+        "node": NODE,
+        "events": [
+            {
+                "reason": "FailedCreatePodSandBox",
+                "message": "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for "
+                'sandbox "8f1e": plugin type="gke" failed (add): no IP addresses available in range set',
+            }
+        ],
+    }
+    sim = built(SCENARIO, *_edits("v1.31.5-gke.1023000"), refused)
+    for ev in sim.cluster.list(EVENT):
+        if ev.get("reason") == "FailedMount":
+            sim.cluster.delete(EVENT, name=name_of(ev), namespace=namespace_of(ev))
+    as_the_kubelet_writes(sim.cluster)
+    report = run_doctor(sim.cluster, reader=sim.read_log)
+    assert ("driver.not-installed", NODE) not in _roots(report)

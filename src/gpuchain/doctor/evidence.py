@@ -292,9 +292,10 @@ def witnesses(ctx: Context, *, view: NodeView, found: list[Failure]) -> list[Fai
 
 def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     """Operand pods the kubelet cannot start because a hostPath directory they mount is not on the node
-    (FailedMount events, or with none left the pod's state: `waits_on_host_path`): witnesses for the link that
-    creates the directory, never for their own."""
+    (FailedMount events, or the pod's state where no Event names it, `waits_on_host_path`: one that says why its
+    sandbox failed says the volumes were mounted): witnesses for the link that makes the directory, not their own."""
     out = []
+    spoken = {str((e.get("involvedObject") or {}).get("name")) for e in view.events}
     for pod in view.pods:
         said = [
             str(e.get("message", ""))
@@ -313,7 +314,7 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
                     restarts=0,
                 )
             )
-        elif not said and (path := waits_on_host_path(ctx, view, pod)):
+        elif name_of(pod) not in spoken and (path := waits_on_host_path(ctx, view, pod)):
             reason = "ContainerCreating (no sandbox)"
             out.append(
                 Failure(pod=pod, container=container, reason=reason, text="", init=False, restarts=0, host_path=path)
@@ -744,8 +745,7 @@ def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure
     """The root finding for an operand pod whose sandbox waits on a host directory ``link`` makes (`waits_on_host_path`:
     read from the pod's state, no Event left to say it), as the kubelet's FailedMount would have named it; None where
     another link makes the directory."""
-    made_by = link_making(ctx, failure.host_path)
-    if made_by != link:
+    if link_making(ctx, failure.host_path) != link:
         return None
     finding_id = "driver.not-installed" if link == "driver" else f"{link}.not-installed"
     volumes = volumes_spec(ctx, failure.pod).get("volumes") or []
@@ -764,7 +764,7 @@ def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure
             failure.describe(),
             f"condition PodReadyToStartContainers: False; no container of {name_of(failure.pod)} has run",
             f"volume {volume.get('name')}: hostPath {failure.host_path} (type {kind})",
-            "no Event left to say it (the API server keeps Events an hour)",
+            "no Event names the pod (the API server keeps Events an hour)",
         ),
         fix=fix,
         node=view.name,
