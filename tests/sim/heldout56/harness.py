@@ -1,12 +1,11 @@
-"""The fifty-first held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
-heldout .. heldout50 cite, written blind to the doctor and frozen before it was run on them.
+"""The fifty-sixth held-out set for the doctor (issue 26, item 5): reports that neither tests/sim/SOURCES.md nor
+heldout .. heldout55 cite, written blind to the doctor and frozen before it was run on them.
 
 The format, edits, recount and scoring are tests/sim/heldout's, heldout3's, heldout9's and heldout37's, reused: this
-set's reports need no edit those sets lack (HAMi's device plugin and scheduler, Koordinator's koordlet, the pods they
-run and an nvidia RuntimeClass are ``create``d objects or ``add-daemonset``; the NVIDIA plugin HAMi replaces is
-``delete-daemonset``; a GPU Operator whose device plugin is off, or whose toolkit points at MicroK8s' containerd, is
-``policy``; a node's capacity, labels and kubelet version are ``node``; the ClusterPolicy status of an operator whose
-device plugin is off while HAMi's serves the GPU is heldout37's ``policy-status``), so its loader is heldout37's."""
+set's reports need no edit those sets lack (a workload pod and the Deployments and pods of a standalone Node Feature
+Discovery release are ``create``d objects, its worker DaemonSet is ``add-daemonset``; node labels, a label's removal
+and the kubelet version are ``node``; Events and logs are ``pod``), and heldout37's loader is the newest of them that
+heldout51 reused, so this set's loader is heldout37's, as heldout51's is."""
 
 from __future__ import annotations
 
