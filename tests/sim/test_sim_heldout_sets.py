@@ -72,6 +72,7 @@ ORDER = (
     "heldout53",
     "heldout54",
     "heldout55",
+    "heldout56",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -129,7 +130,9 @@ BESIDE = {
 #: heldout54 3: its writer found no uncited, odd-numbered non-English page with a Kubernetes GPU failure in the
 #: stored pages, only two describing working clusters, one giving two states; heldout55 2: its writer checked some 150
 #: issues of NVIDIA's trackers and found one uncited, odd-numbered report with a readable resolution, giving a fault
-#: and, from its other log, a healthy state).
+#: and, from its other log, a healthy state; heldout56 3: its writer found one uncited, odd-numbered report with a
+#: readable resolution in the toolkit's, NFD's, mig-parted's, DRA driver's, NVSentinel's, DCGM's and runtimes' trackers,
+#: and one page describing a working cluster in two states).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -164,6 +167,7 @@ SMALLER = {
     "heldout53": 8,
     "heldout54": 3,
     "heldout55": 2,
+    "heldout56": 3,
 }
 #: Sets with no fault case at all, so no two-fault case: heldout50's and heldout54's writers found no uncited forum,
 #: Q&A or one-cluster page with a Kubernetes GPU failure and a readable fix in their shares, only descriptions of
@@ -171,10 +175,10 @@ SMALLER = {
 HEALTHY_ONLY = {"heldout50", "heldout54"}
 #: Sets with faults but no two-fault case: heldout52's two failure write-ups each describe one node or one node group,
 #: on platforms too unlike (a kubeadm homelab, an EKS node group) to be one cluster without inventing it; heldout55
-#: has one fault report.
-SINGLE_FAULTS = {"heldout52", "heldout55"}
-#: Sets with fewer than three healthy cases: heldout55's one report gives one healthy state.
-FEWER_HEALTHY = {"heldout55": 1}
+#: and heldout56 have one fault report each.
+SINGLE_FAULTS = {"heldout52", "heldout55", "heldout56"}
+#: Sets with fewer than three healthy cases: heldout55's one report gives one healthy state, heldout56's page two.
+FEWER_HEALTHY = {"heldout55": 1, "heldout56": 2}
 #: The sets this module checks (heldout and heldout2 keep their own, older test modules).
 SETS = ORDER[2:]
 SIM = Path(__file__).parent
