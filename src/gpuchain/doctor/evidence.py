@@ -297,28 +297,25 @@ def mount_waits(ctx: Context, view: NodeView) -> list[Failure]:
     out = []
     spoken = {str((e.get("involvedObject") or {}).get("name")) for e in view.events}
     for pod in view.pods:
-        said = [
-            str(e.get("message", ""))
-            for e in view.events
-            if e.get("reason") == "FailedMount" and (e.get("involvedObject") or {}).get("name") == name_of(pod)
-        ]
+        name = name_of(pod)
+        said = (
+            [
+                str(e.get("message", ""))
+                for e in view.events
+                if e.get("reason") == "FailedMount" and (e.get("involvedObject") or {}).get("name") == name
+            ]
+            if name in spoken
+            else []
+        )
+        path = "" if name in spoken else waits_on_host_path(ctx, view, pod)
+        if not path and not any(HOST_PATH.search(m) for m in said):
+            continue
         container = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", ""))
-        if any(HOST_PATH.search(m) for m in said):
-            out.append(
-                Failure(
-                    pod=pod,
-                    container=container,
-                    reason="ContainerCreating (FailedMount)",
-                    text="\n".join(said),
-                    init=False,
-                    restarts=0,
-                )
-            )
-        elif name_of(pod) not in spoken and (path := waits_on_host_path(ctx, view, pod)):
-            reason = "ContainerCreating (no sandbox)"
-            out.append(
-                Failure(pod=pod, container=container, reason=reason, text="", init=False, restarts=0, host_path=path)
-            )
+        reason = "ContainerCreating (no sandbox)" if path else "ContainerCreating (FailedMount)"
+        text = "\n".join(said)
+        out.append(
+            Failure(pod=pod, container=container, reason=reason, text=text, init=False, restarts=0, host_path=path)
+        )
     return out
 
 

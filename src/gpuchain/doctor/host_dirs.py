@@ -41,12 +41,14 @@ def waits_on_host_path(ctx: Context, view: NodeView, pod: Obj) -> str:
     on a Ready node, names no RuntimeClass (whose missing handler would be the runtime's), mounts nothing but
     hostPaths and volumes that are always there, and every hostPath it needs to exist is one a link of the chain makes
     (the same link for all): that path is what the kubelet could not mount. "" where any of that does not hold."""
-    spec = volumes_spec(ctx, pod)
     status = pod.get("status") or {}
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    waiting = sandbox_created(pod) is False and not any(container_ran(c) for c in statuses)
-    if not waiting or runtime_class_of(ctx, pod):
+    # A pod without a sandbox is Pending: most are not, or have one, or a kubelet that writes no such condition.
+    if status.get("phase") != "Pending" or sandbox_created(pod) is not False:
         return ""
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    if any(container_ran(c) for c in statuses) or runtime_class_of(ctx, pod):
+        return ""
+    spec = volumes_spec(ctx, pod)
     if not any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (view.node.get("status") or {}).get("conditions") or []

@@ -38,15 +38,15 @@ def started_before_driver(ctx: Context, view: NodeView) -> Result | None:
     """The exporter on ``view``'s node, ready, whose log says NVML could not be loaded, where the node's device plugin
     runs ready, announces GPUs and started after it: the exporter started before the driver. None otherwise."""
     pod = view.pod(DCGM_EXPORTER)
+    container, began = _running(pod) if pod is not None else ("", "")
+    log = ctx.log(pod, container) if pod is not None and container else ""  # "" unless the gather step read it
+    said = catalog.find(log, NVML_INIT) if log else None
     plugin = view.pod(DEVICE_PLUGIN)
-    if pod is None or plugin is None:
+    if pod is None or said is None or plugin is None or not (pod_state(pod).ready and pod_state(plugin).ready):
         return None
-    if not (pod_state(pod).ready and pod_state(plugin).ready):
-        return None
-    (container, began), (_, plugin_began) = _running(pod), _running(plugin)
-    said = catalog.find(ctx.log(pod, container), NVML_INIT) if container else None
+    _, plugin_began = _running(plugin)
     offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
-    if said is None or not offered or not began or not plugin_began or began >= plugin_began:
+    if not offered or not began or not plugin_began or began >= plugin_began:
         return None
     ns = namespace_of(pod) or ctx.namespace
     action = Fix.delete_pod(ns, name_of(pod))
