@@ -312,8 +312,10 @@ def defects() -> tuple[Defect, ...]:
     return tuple(_defect(raw) for raw in yaml.safe_load(text))
 
 
+@functools.lru_cache(maxsize=4096)
 def defect(component: str, version: str, symptom: str) -> Defect | None:
-    """The known defect of ``component`` at ``version`` that shows as ``symptom`` (None: none is known)."""
+    """The known defect of ``component`` at ``version`` that shows as ``symptom`` (None: none is known). Remembered:
+    a diagnosis asks it of each node's operands, which run the same few releases, and each answer walks every entry."""
     return next(
         (
             d
