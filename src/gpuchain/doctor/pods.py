@@ -277,3 +277,16 @@ def container_ran(cs: Obj) -> bool:
     """Has the runtime ever run this container (a container status): it is not waiting, or it has a last state or a
     restart. One that never ran waits with the kubelet's default reason, or the reason it could not be created."""
     return "waiting" not in (cs.get("state") or {"waiting": {}}) or bool(cs.get("lastState") or cs.get("restartCount"))
+
+
+def running_since(cs: Obj) -> str:
+    """When this container's current run started (a container status; RFC 3339, "" where it is not running)."""
+    return str(((cs.get("state") or {}).get("running") or {}).get("startedAt") or "")
+
+
+def first_running(pod: Obj | None) -> tuple[str, str]:
+    """The first of ``pod``'s containers that runs and says since when, and that time; ("", "") where none does."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if started := running_since(cs):
+            return str(cs.get("name")), started
+    return "", ""

@@ -31,6 +31,7 @@ from gpuchain.doctor.finished import NOT_SUCCEEDED, failed_containers, split_fin
 from gpuchain.doctor.nfd import master_containers, nfd_containers
 from gpuchain.doctor.operator_says import operator_containers, placed_nowhere, wants_log
 from gpuchain.doctor.passthrough import MAX_PASSTHROUGH_LOGS, vm_plugin_log
+from gpuchain.doctor.pods import running_since
 from gpuchain.doctor.probe_monitor import monitor_log_candidates
 from gpuchain.doctor.ready_gpu_logs import probe_kept, ready_gpu_probes
 from gpuchain.doctor.stacks import NVIDIA_CLUSTER_POLICY, NVIDIA_DRIVER, detect
@@ -471,11 +472,6 @@ def _log_candidates(snapshot: Snapshot, limit: int) -> list[tuple[LogKey, Obj]]:
     return operands[:limit] + sampled + troubled + plugins + sandbox + running
 
 
-def _started(cs: Obj) -> str:
-    """When a running container started (RFC 3339; "" where its status does not say)."""
-    return str(((cs.get("state") or {}).get("running") or {}).get("startedAt") or "")
-
-
 def _first_started(
     running_on: list[tuple[str, tuple[LogKey, Obj]]], plugin_on: dict[str, tuple[LogKey, Obj]]
 ) -> tuple[LogKey, Obj]:
@@ -484,7 +480,7 @@ def _first_started(
     start: `links.exporter_nvml`), else the first."""
     for node, candidate in running_on:
         plugin = plugin_on.get(node)
-        if plugin is not None and _started(candidate[1]) and _started(candidate[1]) < _started(plugin[1]):
+        if plugin is not None and "" < running_since(candidate[1]) < running_since(plugin[1]):
             return candidate
     return running_on[0][1]
 

@@ -56,6 +56,11 @@ def node_gpu_resources(node: Mapping[str, Any], field: str = "capacity") -> dict
     return _node_counts(node, field)
 
 
+def offered_gpus(node: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU resources the node offers pods now: those of ``status.allocatable`` above zero."""
+    return {name: count for name, count in _allocatable(node).items() if count > 0}
+
+
 def _node_counts(node: Mapping[str, Any], field: str) -> dict[str, int]:
     status = node.get("status") or {}
     return _gpu_counts(status.get(field) or {})

@@ -36,8 +36,8 @@ from gpuchain.doctor.links.kubelet_defects import (
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
 from gpuchain.doctor.node import node_info
 from gpuchain.doctor.owners import runtime_class_of, volumes_spec
-from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.doctor.pods import pod_state, running_since
+from gpuchain.kube.gpu_resources import offered_gpus
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
@@ -73,7 +73,7 @@ def default_runtime_injects(ctx: Context, view: NodeView) -> DefaultRuntime | No
     plugin = view.pod(DEVICE_PLUGIN)
     if plugin is None or runtime_class_of(ctx, plugin) or not pod_state(plugin).ready or library_from_host(ctx, plugin):
         return None
-    offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
+    offered = offered_gpus(view.node)
     log = operand_log(ctx, view=view, operand=DEVICE_PLUGIN, container=pod_state(plugin).container, last="")
     registered = catalog.find(log, REGISTERED)
     if not offered or registered is None:
@@ -142,13 +142,7 @@ def library_from_host(ctx: Context, pod: Obj) -> bool:
 
 def _running_since(pod: Obj) -> str:
     """When the pod's containers last started running (RFC 3339, the latest of them); "" where none runs."""
-    return max(
-        (
-            str(((cs.get("state") or {}).get("running") or {}).get("startedAt") or "")
-            for cs in (pod.get("status") or {}).get("containerStatuses") or []
-        ),
-        default="",
-    )
+    return max((running_since(cs) for cs in (pod.get("status") or {}).get("containerStatuses") or []), default="")
 
 
 def _admitted_at(pod: Obj) -> str:
@@ -196,7 +190,7 @@ def recovered_before_registration(
     container = _restarted_with_node(plugin)
     log = ctx.log(plugin, container) if container else ""
     registered = catalog.find(log, REGISTERED)
-    offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
+    offered = offered_gpus(view.node)
     if registered is None or not offered or gpu_failed(view, log):
         return None
     found, fixed = known

@@ -30,7 +30,7 @@ from gpuchain.doctor.driver_running import Running, release_key, running_driver
 from gpuchain.doctor.evidence import refused_message
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, LinkState, Severity
-from gpuchain.doctor.pods import PodState
+from gpuchain.doctor.pods import PodState, first_running
 from gpuchain.doctor.releases import release_of
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER
@@ -90,15 +90,6 @@ def _missing_libraries(view: NodeView, now: tuple[int, ...]) -> list[tuple[Obj, 
     return out
 
 
-def _started(pod: Obj | None) -> str:
-    """When the pod's first container's current run started (RFC 3339, "" where not running)."""
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
-        if started:
-            return str(started)
-    return ""
-
-
 def _driver_restarted(pod: Obj | None) -> str:
     """The evidence line of the driver container's restarts ("" where it never restarted)."""
     for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
@@ -115,7 +106,7 @@ def stale(ctx: Context, view: NodeView, pod: Obj) -> tuple[Stale, Running] | Non
     if driver is None or now is None:
         return None
     driver_pod = view.pod(DRIVER)
-    plugin_start, driver_start = _started(pod), _started(driver_pod)
+    plugin_start, driver_start = first_running(pod)[1], first_running(driver_pod)[1]
     if plugin_start and driver_start and plugin_start > driver_start:
         return None  # it enumerated the driver that runs now
     published = _slice_release(ctx, view)

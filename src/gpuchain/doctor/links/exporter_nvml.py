@@ -16,36 +16,27 @@ from gpuchain.doctor import catalog
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.common import Result, node_finding
 from gpuchain.doctor.model import Fix, LinkState, Severity
-from gpuchain.doctor.pods import pod_state
-from gpuchain.kube.gpu_resources import node_gpu_resources
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.doctor.pods import first_running, pod_state
+from gpuchain.kube.gpu_resources import offered_gpus
+from gpuchain.kube.objects import name_of, namespace_of
 from gpuchain.operator.operands import DCGM_EXPORTER, DEVICE_PLUGIN
 
 #: dcgm-exporter's words for NVML it could not load (catalog.yaml).
 NVML_INIT = "dcgm-exporter.nvml-init"
 
 
-def _running(pod: Obj) -> tuple[str, str]:
-    """The first running container of ``pod`` and when its current run started (RFC 3339); ("", "") where none runs."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        running = (cs.get("state") or {}).get("running")
-        if running is not None:
-            return str(cs.get("name")), str(running.get("startedAt") or "")
-    return "", ""
-
-
 def started_before_driver(ctx: Context, view: NodeView) -> Result | None:
     """The exporter on ``view``'s node, ready, whose log says NVML could not be loaded, where the node's device plugin
     runs ready, announces GPUs and started after it: the exporter started before the driver. None otherwise."""
     pod = view.pod(DCGM_EXPORTER)
-    container, began = _running(pod) if pod is not None else ("", "")
+    container, began = first_running(pod)
     log = ctx.log(pod, container) if pod is not None and container else ""  # "" unless the gather step read it
     said = catalog.find(log, NVML_INIT) if log else None
     plugin = view.pod(DEVICE_PLUGIN)
     if pod is None or said is None or plugin is None or not (pod_state(pod).ready and pod_state(plugin).ready):
         return None
-    _, plugin_began = _running(plugin)
-    offered = {k: v for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
+    _, plugin_began = first_running(plugin)
+    offered = offered_gpus(view.node)
     if not offered or not began or not plugin_began or began >= plugin_began:
         return None
     ns = namespace_of(pod) or ctx.namespace

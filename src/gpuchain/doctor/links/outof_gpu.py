@@ -28,7 +28,7 @@ from gpuchain.doctor.links.common import node_finding
 from gpuchain.doctor.links.kubelet_defects import gpu_failed
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, Severity
 from gpuchain.doctor.releases import release_of
-from gpuchain.kube.gpu_resources import node_gpu_resources
+from gpuchain.kube.gpu_resources import node_gpu_resources, offered_gpus
 from gpuchain.kube.objects import Obj, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN
 
@@ -86,7 +86,7 @@ def _binder(ctx: Context, view: NodeView) -> tuple[EarlyBinder, str] | None:
 def _refusals(ctx: Context, view: NodeView) -> list[tuple[Obj, str, str]]:
     """The kubelet's OutOf<GPU resource> Events on workload pods of this node (Event, resource, pod ref), for a resource
     the node did not announce then (capacity 0 in the message) and announces now."""
-    offered = {k for k, v in node_gpu_resources(view.node, "allocatable").items() if v > 0}
+    offered = set(offered_gpus(view.node))
     live = {(namespace_of(p), name_of(p)) for p in view.workloads}
     out = []
     for e in view.events:
