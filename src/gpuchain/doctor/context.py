@@ -15,7 +15,7 @@ from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks import detect
 from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
 from gpuchain.doctor.structs import Snapshot, Stack
-from gpuchain.kube.objects import Obj, labels_of, name_of
+from gpuchain.kube.objects import Obj, is_ready, labels_of, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, Operand, enabled
 from gpuchain.operator.policy import ClusterPolicySpec
 
@@ -353,16 +353,9 @@ def index(snapshot: Snapshot) -> Context:
     )
     for v in views:
         driver_pod = v.pod(DRIVER)
-        if driver_pod is not None and _ready(driver_pod):
+        if driver_pod is not None and is_ready(driver_pod):
             ctx.driver_kernels.add(v.kernel)
     return ctx
-
-
-def _ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 @lru_cache(maxsize=256)

@@ -42,7 +42,7 @@ from gpuchain.dra.kinds import RESOURCE_SLICE
 from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, DEPLOYMENT, EVENT, NODE, POD, RUNTIME_CLASS, SERVICE
 from gpuchain.kube.errors import KubeError
 from gpuchain.kube.kinds import PDB, Kind, register_kind
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import Obj, is_ready, name_of, namespace_of
 from gpuchain.kube.port import Cluster
 
 REPLICASET = register_kind(Kind(api_version="apps/v1", kind="ReplicaSet", plural="replicasets", namespaced=True))
@@ -291,13 +291,6 @@ def _pod_logs(cluster: Cluster, pod: Obj, previous: bool = False) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _not_ready(pod: Obj) -> bool:
-    return not any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def write_dump(cluster: Cluster, directory: str | Path, *, extras: bool = True) -> dict[str, int]:
     """Write kubectl's dump layout (plus the doctor's extras) from ``cluster``; the counts written.
 
@@ -368,7 +361,7 @@ def write_dump(cluster: Cluster, directory: str | Path, *, extras: bool = True) 
     logged = 0
     for pod in per_kind["pods"]:
         ns = namespace_of(pod) or "default"
-        if ns == stack_ns or _not_ready(pod) or (ns, name_of(pod)) in read_by_doctor:
+        if ns == stack_ns or not is_ready(pod) or (ns, name_of(pod)) in read_by_doctor:
             path = root / ns / name_of(pod) / "logs.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(_pod_logs(cluster, pod), encoding="utf-8")

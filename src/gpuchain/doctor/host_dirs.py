@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.owners import runtime_class_of, volumes_spec
 from gpuchain.doctor.pods import container_ran, sandbox_created
-from gpuchain.kube.objects import Obj
+from gpuchain.kube.objects import Obj, is_ready
 
 #: Host directories that a lower link creates and operands mount (hostPath type Directory): the
 #: operator's driver root (NVIDIA/gpu-operator assets, driverInstallDir /run/nvidia/driver) and
@@ -49,10 +49,7 @@ def waits_on_host_path(ctx: Context, view: NodeView, pod: Obj) -> str:
     if any(container_ran(c) for c in statuses) or runtime_class_of(ctx, pod):
         return ""
     spec = volumes_spec(ctx, pod)
-    if not any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (view.node.get("status") or {}).get("conditions") or []
-    ):
+    if not is_ready(view.node):
         return ""
     volumes = spec.get("volumes") or []
     if any(not ALWAYS_MOUNTED & set(v) for v in volumes):

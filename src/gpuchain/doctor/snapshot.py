@@ -45,7 +45,7 @@ from gpuchain.kube import CLUSTER_POLICY, CONFIGMAP, DAEMONSET, EVENT, NODE, POD
 from gpuchain.kube.errors import KubeError, NotFoundError, UnknownKindError
 from gpuchain.kube.gpu_resources import node_gpu_resources, pod_gpu_requests, shares_a_gpu
 from gpuchain.kube.kinds import PDB, Kind
-from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
+from gpuchain.kube.objects import Obj, is_ready, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DRIVER, TOOLKIT, VALIDATOR, enabled
 from gpuchain.operator.upgrade import DRAIN_REQUIRED, FAILED, POD_DELETION, STATE_LABEL, WAIT_FOR_JOBS
 
@@ -562,7 +562,7 @@ def scrape_candidates(snapshot: Snapshot) -> list[tuple[str, str, str]]:
         node, namespace = spec.get("nodeName"), str(meta.get("namespace"))
         if not (owner and node and status.get("podIP")) or "dcgm-exporter" not in operands_in(namespace, str(owner)):
             continue
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        ready = is_ready(pod)
         runs_gpuchain = any(
             "gpuchain" in [*(c.get("command") or ()), *(c.get("args") or ())][:1] for c in spec.get("containers") or ()
         )

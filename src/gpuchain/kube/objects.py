@@ -68,6 +68,12 @@ def namespace_of(obj: Obj) -> str | None:
     return str(ns) if ns else None
 
 
+def is_ready(obj: Obj) -> bool:
+    """Does the object's status hold condition Ready with status True (a pod's, or a node's)?"""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def labels_of(obj: Obj) -> dict[str, str]:
     """metadata.labels as a (possibly empty) dict."""
     return dict(obj.get("metadata", {}).get("labels") or {})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from gpuchain.kube.objects import Obj, labels_of
+from gpuchain.kube.objects import Obj, is_ready, labels_of
 from gpuchain.kube.selectors import match_label_selector_object
 
 #: Pods in these phases may always be evicted: they are not counted as healthy anyway.
@@ -35,7 +35,7 @@ def is_healthy(pod: Obj) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return is_ready(pod)
 
 
 def selects(pdb: Obj, pod: Obj) -> bool:
