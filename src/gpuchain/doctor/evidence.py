@@ -740,7 +740,7 @@ def failure_at(ctx: Context, *, view: NodeView, link: str, found: list[Failure])
 
 def _host_path_wait(ctx: Context, view: NodeView, *, link: str, failure: Failure) -> Finding | None:
     """The root finding for an operand pod whose sandbox waits on a host directory ``link`` makes (`waits_on_host_path`:
-    read from the pod's state, no Event left to say it), as the kubelet's FailedMount would have named it; None where
+    read from the state of a pod no Event names), as the kubelet's FailedMount would have named it; None where
     another link makes the directory."""
     if link_making(ctx, failure.host_path) != link:
         return None

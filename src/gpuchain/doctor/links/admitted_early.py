@@ -88,14 +88,12 @@ def admitted_through(proof: DefaultRuntime, hit: list[Obj]) -> bool:
     return bool(started) and all(_admitted_at(pod) > started for pod in hit)
 
 
-def admitted_without_device(ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match) -> Finding | None:
+def admitted_without_device(
+    ctx: Context, *, view: NodeView, hit: list[Obj], said: catalog.Match, proof: DefaultRuntime
+) -> Finding:
     """The finding for GPU pods ``hit`` that say they have no driver (``said``) where the node's default runtime
-    gives containers the driver (`default_runtime_injects`): these were started without the plugin's allocation. None
-    where that is not proven (then the runtime is what the pods lack), or where the pods were taken on after the
-    plugin's run began (then they got their allocation, and the runtime did not act on it)."""
-    proof = default_runtime_injects(ctx, view)
-    if proof is None or admitted_through(proof, hit):
-        return None
+    gives containers the driver (``proof``, `default_runtime_injects`) and the pods were not taken on after the
+    plugin's run began (`admitted_through`): these were started without the plugin's allocation."""
     refs = [f"{namespace_of(p) or 'default'}/{name_of(p)}" for p in hit]
     first = hit[0]
     why = {NOT_SIMULATED: "a pod's device allocation is not simulated"}

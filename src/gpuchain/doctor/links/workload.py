@@ -305,12 +305,13 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     refs = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in hit[:5])
     # CUDA's "no device" is read here only where runc stays the default: k3s's and RKE2's containerd, or a toolkit told
     # not to default, run a plugin that found NVML some other way (host mounts), not through the default runtime.
-    early = admitted_without_device(ctx, view=view, hit=hit, said=said) if said.entry.id not in NO_GPU else None
-    if early is not None:
-        return early
+    # Where the plugin proves the default runtime injects the driver, the pods were admitted without their
+    # allocation, or got it and the runtime did not act on it.
     proof = default_runtime_injects(ctx, view) if said.entry.id not in NO_GPU else None
     if proof is not None and admitted_through(proof, hit):
         return _allocation_not_injected(ctx, view, hit=hit, said=said, proof=proof)
+    if proof is not None:
+        return admitted_without_device(ctx, view=view, hit=hit, said=said, proof=proof)
     regenerated = regenerated_config(ctx, view=view, toolkit=view.pod(TOOLKIT)) if not ctx.stack.node_image else None
     action: Fix
     if regenerated is not None:
