@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.owners import runtime_class_of, volumes_spec
-from gpuchain.doctor.pods import container_ran, sandbox_created
+from gpuchain.doctor.pods import container_ran, lacks_sandbox
 from gpuchain.kube.objects import Obj, is_ready
 
 #: Host directories that a lower link creates and operands mount (hostPath type Directory): the
@@ -43,7 +43,7 @@ def waits_on_host_path(ctx: Context, view: NodeView, pod: Obj) -> str:
     (the same link for all): that path is what the kubelet could not mount. "" where any of that does not hold."""
     status = pod.get("status") or {}
     # A pod without a sandbox is Pending: most are not, or have one, or a kubelet that writes no such condition.
-    if status.get("phase") != "Pending" or sandbox_created(pod) is not False:
+    if status.get("phase") != "Pending" or not lacks_sandbox(pod):
         return ""
     statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     if any(container_ran(c) for c in statuses) or runtime_class_of(ctx, pod):

@@ -264,12 +264,27 @@ def sandbox_created(pod: Obj) -> bool | None:
     says (a kubelet before 1.29 shows a pod without a sandbox only as its containers' default waiting reasons,
     ContainerCreating, or PodInitializing for a pod with init containers: pkg/kubelet/kubelet_pods.go
     convertToAPIContainerStatuses@v1.34.4, the same as while images are pulled)."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == READY_TO_START:
-            return bool(cond.get("status") == "True")
+    said = _sandbox_condition(pod)
+    if said is not None:
+        return said
     for key in ("initContainerStatuses", "containerStatuses"):
         if any(container_ran(cs) for cs in _statuses(pod, key)):
             return True
+    return None
+
+
+def lacks_sandbox(pod: Obj) -> bool:
+    """Does the kubelet say ``pod`` has no sandbox (``sandbox_created(pod) is False``): its PodReadyToStartContainers
+    condition alone, so a check that asks it of every operand pod of every node (bench.doctor.live) never reads
+    their container statuses."""
+    return _sandbox_condition(pod) is False
+
+
+def _sandbox_condition(pod: Obj) -> bool | None:
+    """What the kubelet's PodReadyToStartContainers condition says of ``pod``'s sandbox; None where it writes none."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == READY_TO_START:
+            return bool(cond.get("status") == "True")
     return None
 
 

@@ -29,7 +29,7 @@ from gpuchain.doctor.node import (
     runtime_setup,
 )
 from gpuchain.doctor.owners import runtime_class_of
-from gpuchain.doctor.pods import PodState, container_ran, init_done, pod_state, sandbox_created
+from gpuchain.doctor.pods import PodState, container_ran, init_done, lacks_sandbox, pod_state, sandbox_created
 from gpuchain.doctor.releases import showing
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import READY_TO_START, Obj, name_of
@@ -56,7 +56,7 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
         (pod, rc)
         for pod in view.workloads
         if (pod.get("status") or {}).get("phase") == "Pending"
-        and sandbox_created(pod) is False
+        and lacks_sandbox(pod)
         and (rc := runtime_class_of(ctx, pod))
         and _nvidia_class(ctx, rc)
     ]
@@ -64,10 +64,8 @@ def runtime_evidence(ctx: Context, view: NodeView) -> tuple[list[str], catalog.E
     # are mounted, and says so in an Event). Without that Event a volume only one pod waits for (its ConfigMap, gone)
     # looks the same: one such pod beside pods of a class that have theirs proves nothing of the handler.
     held = {str((e.get("involvedObject") or {}).get("name")) for e in view.events if e.get("reason") in VOLUME_WAITS}
-    lacking = [
-        (pod, rc) for pod, rc in (*classed, *unsandboxed) if sandbox_created(pod) is False and name_of(pod) not in held
-    ]
-    if len(lacking) < 2 and any(sandbox_created(pod) for pod, _ in classed):
+    lacking = [(pod, rc) for pod, rc in (*classed, *unsandboxed) if lacks_sandbox(pod) and name_of(pod) not in held]
+    if len(lacking) == 1 and any(sandbox_created(pod) for pod, _ in classed):
         lacking = []
     # A pod of the default runtime on this node that has its sandbox: the runtime itself creates sandboxes here.
     # Looked for once, and only where a pod of a RuntimeClass has none. A workload counts only beside it: without
@@ -159,13 +157,17 @@ def _nvidia_class(ctx: Context, rc: str) -> bool:
 def check_toolkit(ctx: Context, view: NodeView) -> Result:
     """Toolkit: the RuntimeClass, the toolkit pod, and whether pods of that RuntimeClass get a sandbox."""
     rc = ctx.policy.operator.runtime_class
-    on_rc = [p for p in view.operand_pods.values() if (p.get("spec") or {}).get("runtimeClassName") == rc]
-    uses_rc = "runtimeclasses" not in ctx.snapshot.absent and bool(on_rc)
     runtime, said_by = runtime_evidence(ctx, view)
+    # The operand pods of a class the cluster lacks (most nodes' class is there: no pass over their pods).
+    on_rc = (
+        [p for p in view.operand_pods.values() if (p.get("spec") or {}).get("runtimeClassName") == rc]
+        if rc not in ctx.runtime_classes and "runtimeclasses" not in ctx.snapshot.absent
+        else []
+    )
     # Where the runtime itself names a handler it lacks while every pod of the class runs, that sandbox failure is
     # what stops pods now: the missing handler first (the class may only be missing from the snapshot).
     handler_first = said_by is not None and all(pod_state(p).ready for p in on_rc)
-    if uses_rc and rc not in ctx.runtime_classes and not handler_first:
+    if on_rc and not handler_first:
         evidence = [f"runtimeclasses: {', '.join(sorted(ctx.runtime_classes)) or 'none'}"]
         action: Fix | None
         if ctx.stack.policy_resource:
