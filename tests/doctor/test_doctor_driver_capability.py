@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from doctor.small_cluster import diagnosed
+from doctor.test_unallocated_gpu_pods import _logs, _pod
 
 from gpuchain.doctor.links.driver_caps import missing_capability
 from gpuchain.doctor.model import Severity
@@ -77,3 +78,47 @@ def test_a_healthy_transcoder_stays_quiet() -> None:
 def test_a_pod_without_a_gpu_is_not_read() -> None:
     pod = {"metadata": {"name": "cpu", "namespace": "video"}, "spec": {"containers": [{"name": "main"}]}}
     assert missing_capability(None, None, [pod]) is None  # type: ignore[arg-type]
+
+
+#: FFmpeg 4.4 built against NVENC API 11.0 on a 450 driver, as libavcodec/nvenc.c prints it (nvenc_load_libraries,
+#: then nvenc_print_driver_requirement): the API line, then the least driver that API needs on Linux.
+API_TOO_NEW = (
+    "Stream mapping:\n"
+    "  Stream #0:0 -> #0:0 (h264 (native) -> h264 (h264_nvenc))\n"
+    "[h264_nvenc @ 0x55e1c4a3f2c0] Driver does not support the required nvenc API version. Required: 11.0 Found: 10.0\n"
+    "[h264_nvenc @ 0x55e1c4a3f2c0] The minimum required Nvidia driver for nvenc is 455.28 or newer\n"
+    "Conversion failed!\n"
+)
+
+
+#: A transcoder's pod template: FFmpeg with the video capability, one GPU.
+TRANSCODER = {
+    "containers": [
+        {
+            "name": "main",
+            "image": "registry.example/ffmpeg-nvenc:4.4",
+            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility,video"}],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        }
+    ]
+}
+
+
+def test_an_encoder_newer_than_the_driver_is_the_driver_with_the_version_ffmpeg_names() -> None:
+    report = diagnosed(
+        SCENARIO,
+        {"do": "node", "node": "media-2", "labels": {"nvidia.com/cuda.driver-version.full": "450.119.04"}},
+        _pod("transcoder", "media-2", spec=TRANSCODER, ready=False),
+        _logs("transcoder", "media-2", API_TOO_NEW),
+    )
+    (found,) = [f for f in report.findings if f.id == "workload.cuda-unusable"]
+    assert found.node == "media-2" and found.link == "driver" and found.severity is Severity.ERROR
+    assert "NVENC" in found.cause and "ffmpeg.nvenc-driver-too-old" in " ".join(found.evidence)
+    assert "driver 455.28 or newer" in found.fix and "spec.driver.version" in found.fix
+    assert "the node's driver is 450.119.04" in found.fix
+    assert not [f for f in report.findings if f.id == "workload.driver-capability-missing"]
+
+
+def test_the_requirement_line_after_a_library_it_cannot_load_is_not_read_as_an_old_driver() -> None:
+    report = diagnosed(SCENARIO, caps("compute,utility"), said(ENCODE_FAILED))
+    assert not [f for f in report.findings if f.id == "workload.cuda-unusable"]

@@ -31,7 +31,12 @@ from gpuchain.doctor.node_image import EKS_POOL, GKE_ACCELERATOR, GKE_DRIVER, No
 from gpuchain.kube.objects import Obj
 
 SYSTEM_NOT_READY = "cuda.system-not-ready"
-INSUFFICIENT = ("cuda.insufficient-driver", "pytorch.driver-too-old", "cuda.compat-not-supported")
+INSUFFICIENT = (
+    "cuda.insufficient-driver",
+    "pytorch.driver-too-old",
+    "cuda.compat-not-supported",
+    "ffmpeg.nvenc-driver-too-old",
+)
 #: The driver floor of each CUDA major under minor version compatibility (CUDA 11 on).
 MAJOR_FLOOR = {13: "580", 12: "525.60.13", 11: "450.80.02"}
 #: Before CUDA 11: the driver each release shipped with.
@@ -49,6 +54,8 @@ IMAGE_CUDA = (
     re.compile(r"[:\-_]cuda-?(\d+)\.(\d+)"),
     re.compile(r"[:\-_.]cu(\d{2,3}?)(\d)(?![\d.])"),
 )
+#: FFmpeg's words for the least driver its NVENC API needs (libavcodec/nvenc.c nvenc_print_driver_requirement).
+NVENC_FLOOR = re.compile(r"minimum required Nvidia driver for nvenc is (\d+(?:\.\d+)*) or newer")
 #: PyTorch's words for the driver's cudaDriverGetVersion answer (c10/cuda/CUDAFunctions.cpp).
 DRIVER_API = re.compile(r"found version (\d{4,6})\b")
 GFD_FULL = "nvidia.com/cuda.driver-version.full"
@@ -200,15 +207,20 @@ def _answered_floor(line: str) -> tuple[str, str, int] | None:
 
 
 def insufficient_repair(
-    ctx: Context, view: NodeView, *, pods: list[Obj], image: NodeImage | None, line: str
+    ctx: Context, view: NodeView, *, pods: list[Obj], image: NodeImage | None, line: str, text: str = ""
 ) -> str | None:
-    """The driver floor the pods' image needs (or, where no image names its CUDA, the floor the driver's own answer
-    implies) and who raises the node's driver to it, None where neither says or the node's driver is known to meet
-    it."""
+    """The driver floor the pods need: the one FFmpeg names for its NVENC API (in ``text``, all the pod said), else
+    the one the pods' image's CUDA needs, else the one the driver's own answer implies; and who raises the node's
+    driver to it. None where none says or the node's driver is known to meet it."""
     have = node_driver(view.node, view.labels)
     older = f"; the node's driver is {have[0]} ({have[1]})" if have is not None else ""
+    nvenc = NVENC_FLOOR.search(text) if "nvenc" in line else None
     found = _pod_cuda(pods)
-    if found is not None:
+    if nvenc is not None:
+        floor = nvenc.group(1)
+        need = f"the pods' FFmpeg needs an NVIDIA driver {floor} or newer for its NVENC API ({line}){older}"
+        older_cuda = "an older NVENC API (an FFmpeg built with older nv-codec-headers)"
+    elif found is not None:
         ref, cuda = found
         floor = driver_floor(cuda)
         if floor is None:

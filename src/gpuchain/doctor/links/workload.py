@@ -434,6 +434,7 @@ CUDA_UNUSABLE = (
     "cuda.system-driver-mismatch",
     "cuda.compat-not-supported",
     "pytorch.driver-too-old",
+    "ffmpeg.nvenc-driver-too-old",
     "cuda.insufficient-driver",
     "cuda.devices-unavailable",
     "cuda.no-device",
@@ -463,6 +464,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         return None  # no plugin that runs (the DaemonSet's, or the node image's own service) handed these GPUs out
     hit: list[Obj] = []
     said: catalog.Match | None = None
+    said_all = ""  # the whole of what the first such pod says: a repair may read a line besides the matched one
     for pod in apps:
         if not pod_gpu_requests(pod):
             continue
@@ -475,7 +477,8 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         if found.entry.id in (*ALSO_NO_LIBRARY, *NO_GPU) and not meant:
             continue  # a pod the operator's nvidia runtime class does not run: maybe no driver library was injected
         hit.append(pod)
-        said = said or found
+        if said is None:
+            said, said_all = found, text
     if said is None:
         return None
     early = recovered_before_registration(ctx, view=view, hit=hit, said=said) if said.entry.id in NO_GPU else None
@@ -493,7 +496,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         fabric = fabric_repair_words(ctx, view, image)
         why, work = fabric if fabric is not None else (why, work)
     elif said.entry.id in INSUFFICIENT:
-        work = insufficient_repair(ctx, view, pods=hit, image=image, line=said.line) or work
+        work = insufficient_repair(ctx, view, pods=hit, image=image, line=said.line, text=said_all) or work
     # Words a release of a component on the node is known to cause (releases.yaml): that release first.
     release = release_repair(
         ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", said.entry.id)
@@ -518,7 +521,8 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
         fid="workload.cuda-unusable",
         sev=Severity.ERROR,
         link="driver",
-        cause="GPU pods on this node fail to start CUDA on the GPUs the device plugin gave them, while the plugin runs "
+        cause=f"GPU pods on this node fail to start {'NVENC' if 'nvenc' in said.entry.id else 'CUDA'} on the GPUs the "
+        "device plugin gave them, while the plugin runs "
         f"and announces GPUs, so the fault is under it, in the node's driver: {said.entry.cause}"
         + (f" ({why})" if why else ""),
         evidence=[
