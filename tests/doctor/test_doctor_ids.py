@@ -235,6 +235,8 @@ CLUSTER_TESTS = {
     "test_a_mig_layout_left_after_the_manager_was_switched_off_is_the_mig_link_run_with_all_disabled",
     "node.gpu-lost-at-probe": "doctor.test_doctor_gpu_lost_at_probe::"
     "test_a_gpu_lost_at_probe_on_a_short_node_is_the_node_power_cycled",
+    "node.gpu-inforom-corrupted": "doctor.test_doctor_gpu_inforom::"
+    "test_a_validation_that_fails_on_a_corrupted_inforom_is_the_gpu_to_replace",
     "workload.driver-capability-missing": "doctor.test_doctor_driver_capability::"
     "test_an_encoder_without_the_video_capability_is_the_toolkit_link_with_the_variable_set",
 }

@@ -138,6 +138,7 @@ STOPS_THE_WALK = (
     "toolkit.cri-unloaded",
     "toolkit.runtime-stopped",
     "node.gpu-lost",
+    "node.gpu-inforom-corrupted",
     "node.device-plugins-disabled",
     "node.kubelet-socket-unseen",
     ADMISSION_REFUSED,
