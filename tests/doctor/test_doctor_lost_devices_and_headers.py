@@ -103,6 +103,26 @@ def test_a_policy_that_turns_the_validators_links_off_is_turned_back_on() -> Non
     assert "DISABLE_DEV_CHAR_SYMLINK_CREATION" in lost.fix
 
 
+def test_a_readiness_probe_that_runs_nvidia_smi_says_it_for_a_pod_whose_log_does_not() -> None:
+    # The server's log stays quiet; its exec probe (nvidia-smi) fails, and the kubelet's Unhealthy Event quotes it
+    # (shaped after tests/sim/heldout57 h57-03: the toolkit's troubleshooting page, Triton on an L4 node).
+    probe = {
+        "do": "pod",
+        "daemonset": "infer",
+        "namespace": "serving",
+        "node": "dgx-07",
+        "containers": [{"name": "main", "ready": False, "restarts": 0, "state": {"running": True}}],
+        "logs": {"main": "I1102 serving on 0.0.0.0:8000\n"},
+        "events": [{"reason": "Unhealthy", "count": 90, "message": f"Readiness probe failed: {LOST}"}],
+    }
+    (lost,) = _found(diagnosed(OPERATOR, probe), "workload.nvml-lost")
+    assert lost.node == "dgx-07" and "or their probes saying it" in lost.evidence[0]
+    assert "create-dev-char-symlinks --create-all" in lost.fix
+    # A probe that fails for another reason is not read as lost GPUs.
+    other = {**probe, "events": [{"reason": "Unhealthy", "message": "Readiness probe failed: HTTP 503"}]}
+    assert not _found(diagnosed(OPERATOR, other), "workload.nvml-lost")
+
+
 def test_ready_gpu_pods_that_say_nothing_of_nvml_stay_quiet() -> None:
     report = diagnosed(OPERATOR, _ready_with_log("infer", "dgx-07", "serving", "step 41 ok\nNVML initialised\n"))
     assert not _found(report, "workload.nvml-lost")

@@ -68,15 +68,24 @@ def _operator_creates_links(ctx: Context) -> bool:
 
 
 def lost_gpus(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
-    """The finding for GPU pods among ``apps`` whose log says NVML lost the GPU while they ran, with the repair of
-    whatever should have created the /dev/char links on this node; None where no GPU pod says so."""
+    """The finding for GPU pods among ``apps`` whose log, or a probe of theirs (the kubelet's Unhealthy Event quotes
+    an exec probe's output: a readiness probe that runs nvidia-smi), says NVML lost the GPU while they ran, with the
+    repair of whatever should have created the /dev/char links on this node; None where no GPU pod says so."""
+    probed = {
+        str((e.get("involvedObject") or {}).get("name"))
+        for e in view.events
+        if e.get("reason") == "Unhealthy" and catalog.find(str(e.get("message", "")), NVML_LOST)
+    }
     lost = [
         p
         for p in apps
         if pod_gpu_requests(p)
-        and any(
-            catalog.find(ctx.log(p, str(c.get("name"))), NVML_LOST)
-            for c in (p.get("spec") or {}).get("containers") or []
+        and (
+            name_of(p) in probed
+            or any(
+                catalog.find(ctx.log(p, str(c.get("name"))), NVML_LOST)
+                for c in (p.get("spec") or {}).get("containers") or []
+            )
         )
     ]
     if not lost:
@@ -85,7 +94,8 @@ def lost_gpus(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
     again = f"kubectl delete pod -n {namespace_of(lost[0]) or 'default'} {name_of(lost[0])}"
     release = release_repair(ctx, view=view, pod=view.pod(TOOLKIT), operand=TOOLKIT, shown=showing("log", NVML_LOST))
     evidence = [
-        f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML: {', '.join(refs[:5])}",
+        f"pods logging '{catalog.entry(NVML_LOST).args[0]}' from NVML"
+        f"{' (or their probes saying it)' if probed else ''}: {', '.join(refs[:5])}",
         catalog.entry(NVML_LOST).cite(),
         "NVIDIA/nvidia-container-toolkit#48",
     ]
