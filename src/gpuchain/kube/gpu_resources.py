@@ -1,14 +1,16 @@
 """Which extended resources are GPUs, how many a node offers and how many a pod asks for.
 
-One answer for every layer that counts GPUs (the MIG manager deciding which pods to move, the
-driver upgrade draining a node, the doctor explaining a Pending pod, the validator checking the
-plugin registered), so they cannot disagree about what a GPU pod is.
+One answer for every layer that counts GPUs (the MIG manager deciding which pods to move, the driver upgrade
+draining a node, the doctor explaining a Pending pod, the validator checking the plugin registered), so they
+cannot disagree about what a GPU pod is.
 
-A resource is a GPU when it is ``nvidia.com/gpu``, a shared or renamed form of it
-(``nvidia.com/gpu.shared``, ``nvidia.com/gpu.<x>``) or a MIG device (``nvidia.com/mig-<profile>``,
-shared forms included). A pod's request is counted as the kubelet and scheduler count it: the
-sum of its containers, or the largest init container if that is more, with sidecars (init
-containers with ``restartPolicy: Always``) running beside both.
+A resource is a GPU when it is ``nvidia.com/gpu``, a shared or renamed form of it (``nvidia.com/gpu.shared``,
+``nvidia.com/gpu.<x>``), a MIG device (``nvidia.com/mig-<profile>``, shared forms included), or
+``volcano.sh/vgpu-number``: what HAMi's device plugin announces as ``nvidia.com/gpu`` (each GPU split into
+vGPUs), its plugin for Volcano announces under Volcano's name (Project-HAMi/volcano-vgpu-device-plugin
+values.yaml resourceCountName). A pod's request is counted as the kubelet and scheduler count it: the sum of
+its containers, or the largest init container if that is more, with sidecars (init containers with
+``restartPolicy: Always``) running beside both.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from gpuchain.common.remember import remembered
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
-_PREFIXES = (GPU + ".", MIG_PREFIX)
+#: HAMi's vGPUs as its device plugin for Volcano announces them.
+VOLCANO_VGPU = "volcano.sh/vgpu-number"
+_PREFIXES = (GPU + ".", MIG_PREFIX, VOLCANO_VGPU)
 
 
 def is_gpu_resource(name: str) -> bool:
-    """``nvidia.com/gpu``, ``nvidia.com/gpu.<x>`` or ``nvidia.com/mig-<x>``."""
+    """``nvidia.com/gpu``, ``nvidia.com/gpu.<x>``, ``nvidia.com/mig-<x>`` or ``volcano.sh/vgpu-number``."""
     return name == GPU or name.startswith(_PREFIXES)
 
 
@@ -104,7 +108,7 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
 def shares_a_gpu(pod: Mapping[str, Any]) -> bool:
     """Does ``pod`` ask a GPU-sharing scheduler's device plugin for part of a GPU: an extended resource of another
     domain whose name says gpu (Koordinator's ``koordinator.sh/gpu.shared``, ``gpu-core`` and ``gpu-memory``, ACK's
-    ``aliyun.com/gpu-mem``, Volcano's ``volcano.sh/vgpu-number``), which `pod_gpu_requests` does not count as a whole
+    ``aliyun.com/gpu-mem``, Volcano's ``volcano.sh/vgpu-memory``), which `pod_gpu_requests` does not count as a whole
     GPU. Such a plugin hands the pod a GPU on an NVIDIA node all the same, so what its container lacks of the driver
     is read as a GPU pod's."""
     for container in (pod.get("spec") or {}).get("containers") or []:

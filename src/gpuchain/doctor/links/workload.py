@@ -55,6 +55,7 @@ from gpuchain.operator.operands import DEVICE_PLUGIN, RUNTIME_CLASS_HANDLER, TOO
 PLUGIN_REFUSED = (
     "k8s-device-plugin.shared-request-too-big",
     "k8s-device-plugin.allocate-unknown-device",
+    "volcano-vgpu-device-plugin.device-number-not-matched",
     "kubelet.device-plugin-unregistered",
     "kubelet.previously-allocated-unhealthy",
     "kubelet.unhealthy-devices",

@@ -11,6 +11,14 @@ announces ``nvidia.com/gpu`` (values.yaml resourceName) split into vGPUs, with `
 mounts into GPU containers) enforces. Its README's prerequisites: the NVIDIA driver on the host and "default runtime
 configured as nvidia for containerd/docker/cri-o"; the chart's ``devicePlugin.runtimeClassName`` (empty by default)
 is the other way to put the plugin under the nvidia runtime. No driver or toolkit DaemonSet: the host has both.
+
+Volcano's vGPU device plugin (Project-HAMi/volcano-vgpu-device-plugin) is HAMi's plugin for Volcano's scheduler:
+the DaemonSet ``volcano-device-plugin`` (deployments/static/volcano-vgpu-device-plugin.yml and the chart's
+templates/daemonset.yaml), container ``volcano-device-plugin`` beside ``monitor``, image
+``projecthami/volcano-vgpu-device-plugin:<version>``, no nodeSelector by default; it announces
+``volcano.sh/vgpu-number`` (with ``volcano.sh/vgpu-memory`` and ``volcano.sh/vgpu-cores``, values.yaml deviceConfig)
+instead of ``nvidia.com/gpu``. Its README's prerequisite is nvidia as the default runtime; the chart's
+``runtimeClassName`` value (added after v1.12.0) puts the plugin under the nvidia runtime instead.
 """
 
 from __future__ import annotations
@@ -37,12 +45,34 @@ RUNTIME_CLASS_VALUE = "devicePlugin.runtimeClassName"
 _TAG = re.compile(re.escape(IMAGE) + r":(v?\d+(?:\.\d+)+)\b")
 
 
+#: Volcano's vGPU device plugin, HAMi's plugin for Volcano: its image, DaemonSet and plugin container, its chart as
+#: its README installs it (helm repo add volcano-vgpu-device-plugin https://project-hami.github.io/volcano-vgpu-device-
+#: plugin), and the chart value that gives its pods a RuntimeClass (values.yaml runtimeClassName).
+VOLCANO_IMAGE = "projecthami/volcano-vgpu-device-plugin"
+VOLCANO_DAEMONSET = "volcano-device-plugin"
+VOLCANO_CONTAINER = "volcano-device-plugin"
+VOLCANO_CHART = Chart(
+    stack="hami",
+    release="volcano-vgpu-device-plugin",
+    chart="volcano-vgpu-device-plugin/volcano-vgpu-device-plugin",
+    namespace="kube-system",
+)
+VOLCANO_RUNTIME_CLASS_VALUE = "runtimeClassName"
+
+
+def is_volcano_plugin(ds: Obj) -> bool:
+    """Is this DaemonSet (or pod) Volcano's vGPU device plugin: its image."""
+    return f"{VOLCANO_IMAGE}:" in images_of(ds)
+
+
 def is_hami_plugin(ds: Obj) -> bool:
-    """Is this DaemonSet HAMi's device plugin: its chart's component label, its name, or its image?"""
+    """Is this DaemonSet HAMi's device plugin: its chart's component label, its name, or its image (HAMi's own, or
+    the vGPU plugin HAMi makes for Volcano)?"""
     return (
         labels_of(ds).get(COMPONENT) == PLUGIN_COMPONENT
         or name_of(ds).endswith(PLUGIN_COMPONENT)
         or f"{IMAGE}:" in images_of(ds)
+        or is_volcano_plugin(ds)
     )
 
 
@@ -84,11 +114,14 @@ def detect(snapshot: Snapshot) -> Stack | None:
     plugin = min(found, key=lambda d: labels_of(d).get(COMPONENT) != PLUGIN_COMPONENT)
     namespace = namespace_of(plugin) or CHART.namespace
     scheduler = any(labels_of(p).get(COMPONENT) == SCHEDULER_COMPONENT for p in snapshot.pods)
+    volcano = is_volcano_plugin(plugin)
     version = hami_version(plugin)
     spec = ClusterPolicySpec.model_validate(
         {k: {"enabled": False} for k in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager")}
     )
     notes = [f"HAMi {version}" if version else "HAMi (release not read from its image)"]
+    if volcano:
+        notes = ["Volcano's vGPU device plugin (HAMi's, announcing volcano.sh/vgpu-number)"]
     if scheduler:
         notes.append("hami-scheduler runs beside the plugin")
     return Stack(
@@ -96,10 +129,10 @@ def detect(snapshot: Snapshot) -> Stack | None:
         title="HAMi (vGPU device plugin and scheduler, host driver)",
         namespace=namespace,
         daemonsets={"device-plugin": name_of(plugin)},
-        containers={"device-plugin": CONTAINER},
+        containers={"device-plugin": VOLCANO_CONTAINER if volcano else CONTAINER},
         policy=spec,
         host_driver=True,
-        chart=CHART,
-        runtime_class_value=RUNTIME_CLASS_VALUE,
+        chart=VOLCANO_CHART if volcano else CHART,
+        runtime_class_value=VOLCANO_RUNTIME_CLASS_VALUE if volcano else RUNTIME_CLASS_VALUE,
         notes=tuple(notes),
     )
