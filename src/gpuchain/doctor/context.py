@@ -13,7 +13,7 @@ import yaml
 from gpuchain.doctor.admission_reasons import rejected_by_kubelet, rejection_event
 from gpuchain.doctor.pods import PodState, pod_state
 from gpuchain.doctor.stacks import detect
-from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
+from gpuchain.doctor.stacks.base import daemonsets_in, gpu_node_term, is_gpu_node
 from gpuchain.doctor.structs import Snapshot, Stack
 from gpuchain.kube.objects import Obj, is_ready, labels_of, name_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, DRIVER, Operand, enabled
@@ -59,6 +59,8 @@ class NodeView:
     events: list[Obj]  #: Warning events about the node or its operand pods
     #: operand state -> the label that opts it out where the stack's is not the operand's own (`Stack.deploy_labels`)
     deploy_labels: dict[str, str] = field(default_factory=dict)
+    #: no label or capacity marks the node as a GPU node: it is walked for the device plugin failing on it
+    unmarked: bool = False
 
     @_once
     def pods(self) -> tuple[Obj, ...]:
@@ -213,6 +215,16 @@ class Context:
         return None if configs is None else dict(configs)
 
 
+def _plugin_fails(on_node: dict[str, Obj]) -> bool:
+    """Does the stack's device plugin pod on a node fail there (operand state -> pod, `index`'s): a node no label or
+    capacity marks as a GPU node is walked all the same where the user's plugin DaemonSet runs and fails and nothing
+    sets the node apart from the GPU nodes (their label, their machine type: `gpu_node_term`), since a plugin that
+    never loads NVML announces nothing and no feature discovery labels the node. A plugin on a node without GPUs
+    fails the same way: the walk's root names both readings (`diagnose.unmarked_root`)."""
+    plugin = on_node.get(DEVICE_PLUGIN.state)
+    return plugin is not None and pod_state(plugin).failing
+
+
 def _distinct(operand_pods: dict[str, Obj]) -> tuple[Obj, ...]:
     """The pods of ``operand_pods`` (operand state -> pod), each once, in order (`NodeView.pods`)."""
     return tuple({id(p): p for p in operand_pods.values()}.values())
@@ -322,12 +334,19 @@ def index(snapshot: Snapshot) -> Context:
         ):
             events[node].append(ev)
     views = []
+    gpu_nodes: list[Obj] | None = None  # the marked GPU nodes, listed only where an unmarked node's plugin fails
     for n in snapshot.nodes:
-        labels = labels_of(n)
-        if not is_gpu_node(n):
-            continue
         name = name_of(n)
         on_node = operand_pods.get(name, {})
+        unmarked = not is_gpu_node(n)
+        if unmarked:
+            if not _plugin_fails(on_node):
+                continue
+            if gpu_nodes is None:
+                gpu_nodes = [m for m in snapshot.nodes if is_gpu_node(m)]
+            if gpu_nodes and gpu_node_term(gpu_nodes, n) is not None:
+                continue  # a node the GPU nodes' label or machine type sets apart: device-plugin.off-gpu-node's
+        labels = labels_of(n)
         view = NodeView(
             name=name,
             node=n,
@@ -336,6 +355,7 @@ def index(snapshot: Snapshot) -> Context:
             workloads=workloads.get(name, []),
             events=events.get(name, []),
             deploy_labels=stack.deploy_labels,
+            unmarked=unmarked,
         )
         view.__dict__["pods"] = _distinct(on_node)  # what `NodeView.pods` works out on first use, at hand here
         views.append(view)

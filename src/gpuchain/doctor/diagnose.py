@@ -243,7 +243,21 @@ def walk(ctx: Context, view: NodeView) -> NodeChain:
     for f in check_workloads(ctx, view):
         findings.append(dataclasses.replace(f, root=root is None and f.severity is Severity.ERROR))
     findings += unrecognised(ctx, view=view, link_of=LINK_OF, found=found)
+    if view.unmarked:
+        findings = [unmarked_root(view, f) if f.root else f for f in findings]
     return NodeChain(view.name, tuple(links), tuple(reload_marked(view, findings)))
+
+
+def unmarked_root(view: NodeView, found: Finding) -> Finding:
+    """The root found on a node that nothing marks as a GPU node, walked because the device plugin fails on it: a
+    plugin on a node without GPUs fails the same way (NVIDIA's own says "If this is not a GPU node, you should set up
+    a toleration or nodeSelector"), so the repair names that reading too."""
+    return dataclasses.replace(
+        found,
+        evidence=(*found.evidence, f"no label or capacity marks {view.name} as a GPU node; its device plugin fails"),
+        fix=f"{found.fix}   # if {view.name} has no GPU: keep the device plugin off it (a nodeSelector or node "
+        "affinity on the plugin's DaemonSet for the GPU nodes' label)",
+    )
 
 
 def _link(built: dict[tuple[str, LinkState, str], Link], name: str, state: LinkState, summary: str) -> Link:

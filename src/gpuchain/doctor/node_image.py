@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuchain.doctor.node import node_info
+from gpuchain.doctor.stacks.base import INSTANCE_TYPE
 from gpuchain.doctor.stacks.gpu_operator import DRIVER_IMAGE_OS
 from gpuchain.kube.objects import Obj, labels_of
 
@@ -179,7 +180,6 @@ def node_image(node: Obj) -> NodeImage | None:
 #: @2ffb0d5 nvidiaInstances); later releases make it the default wherever /usr/bin/nvidia-container-runtime is
 #: installed (runtime_config_nvidia.go@ed5cea8), so any family of the accelerated AMI gets it.
 NODEADM_NVIDIA_FAMILIES = ("p3", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "g4", "g4dn", "g5", "g6", "g6e", "g5g")
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
 
 def nodeadm_left_runc(node: Obj) -> str:

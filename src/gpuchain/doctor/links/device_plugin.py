@@ -39,7 +39,7 @@ from gpuchain.doctor.owners import owner_ds
 from gpuchain.doctor.pods import pod_state
 from gpuchain.doctor.releases import defect, image_version
 from gpuchain.doctor.snapshot import PRODUCT
-from gpuchain.doctor.stacks.base import GPU_NODE_LABELS, is_dra_plugin, is_gpu_node
+from gpuchain.doctor.stacks.base import gpu_node_term, is_dra_plugin, is_gpu_node
 from gpuchain.kube.allocator import DRA, allocator_of
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of
@@ -123,21 +123,6 @@ def check_device_plugin(ctx: Context, view: NodeView) -> Result:
     return Result(LinkState.DEGRADED if errors else LinkState.OK, summary, tuple(findings))
 
 
-def _gpu_node_affinity(gpu_nodes: list[Obj], node: Obj) -> dict[str, object] | None:
-    """A node affinity term every GPU node matches and ``node`` does not: a GPU label they all carry, else
-    their instance types (None when nothing tells them apart)."""
-    for key in GPU_NODE_LABELS:
-        if all(labels_of(n).get(key) for n in gpu_nodes) and not labels_of(node).get(key):
-            return {"key": key, "operator": "Exists"}
-    types = sorted({labels_of(n).get(INSTANCE_TYPE, "") for n in gpu_nodes} - {""})
-    if types and labels_of(node).get(INSTANCE_TYPE) not in types:
-        return {"key": INSTANCE_TYPE, "operator": "In", "values": types}
-    return None
-
-
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-
-
 def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
     """Device plugin pods failing on nodes with no NVIDIA GPU: the DaemonSet selects no GPU nodes, so it
     lands where no driver can be (the runtime hook fails, NVML finds nothing). The repair is the DaemonSet's
@@ -158,7 +143,7 @@ def plugin_off_gpu_nodes(ctx: Context) -> list[Finding]:
         if DEVICE_PLUGIN.state not in ctx.stack.operands_in(str(meta.get("namespace") or ""), owner):
             continue
         state = pod_state(pod)
-        term = _gpu_node_affinity(gpu_nodes, others[str(node)]) if state.failing else None
+        term = gpu_node_term(gpu_nodes, others[str(node)]) if state.failing else None
         if term is None:
             continue
         ns = str(meta.get("namespace") or ctx.namespace)

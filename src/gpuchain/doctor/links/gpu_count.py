@@ -12,10 +12,9 @@ from gpuchain.doctor.links.plugin_found import registered_at_start
 from gpuchain.doctor.model import NOT_SIMULATED, Finding, Fix, FixOp, Severity
 from gpuchain.doctor.node_image import node_image
 from gpuchain.doctor.snapshot import PRODUCT
+from gpuchain.doctor.stacks.base import INSTANCE_TYPE
 from gpuchain.kube.gpu_resources import pod_gpu_requests
 
-#: The machine type label cloud providers set (kubernetes.io/docs/reference/labels-annotations-taints).
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 #: The whole-GPU resource NVIDIA's device plugin advertises.
 GPU = "nvidia.com/gpu"
 #: The GPUs (count, model as GFD's product label names it) of well-known GPU machine types, from each

@@ -342,6 +342,14 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
             "fact": "runtime",
         },
     )
+    # The cluster already has NVIDIA's RuntimeClass: the plugin's pods may ask for it instead (its chart's value).
+    classed = next((rc for rc in sorted(ctx.runtime_classes) if rc.startswith(RUNTIME_CLASS_HANDLER)), "")
+    also = (
+        f"   # or run the plugin under RuntimeClass {classed}: its chart's {ctx.stack.runtime_class_value}={classed} "
+        f"(runtimeClassName: {classed} in its DaemonSet's pod template)"
+        if classed and not docker
+        else ""
+    )
     return Result(
         LinkState.BROKEN,
         f"{runtime}'s default runtime is not nvidia",
@@ -361,7 +369,8 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
                     "runtime for this instance type (it does so only for the GPU instance types it lists)"
                     if ctx.stack.node_image
                     else ""
-                ),
+                )
+                + also,
                 action=action,
             ),
         ),

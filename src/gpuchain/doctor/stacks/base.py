@@ -8,7 +8,8 @@ import re
 from gpuchain.common.labels import GPU_PRESENT
 from gpuchain.common.remember import remembered
 from gpuchain.doctor.structs import Snapshot
-from gpuchain.kube.objects import Obj, name_of
+from gpuchain.kube.gpu_resources import GPU, MIG_PREFIX, VOLCANO_VGPU
+from gpuchain.kube.objects import Obj, labels_of, name_of
 from gpuchain.operator.operands import NFD_GPU_LABELS
 
 #: Node labels that say "this node has NVIDIA GPUs" whichever stack runs it.
@@ -25,9 +26,29 @@ GPU_NODE_LABELS = (
 )
 
 
+#: Extended resources that are NVIDIA GPUs in a node's capacity: NVIDIA's plugin's (whole, shared, renamed, MIG) and
+#: the vGPUs HAMi's plugin for Volcano announces (Project-HAMi/volcano-vgpu-device-plugin values.yaml
+#: resourceCountName).
+GPU_CAPACITY = (GPU, MIG_PREFIX, VOLCANO_VGPU)
 #: Cloud instance types that come with NVIDIA GPUs (AWS p/g families from g3's Tesla M60 on, but not
 #: g4ad's AMD Radeon, with gr6's L4 and p6's hyphenated families such as p6-b200; Azure NC/ND/NV, GCP a2/a3/g2).
 GPU_INSTANCE = re.compile(r"^(p[2-6][a-z0-9-]*\.|g[3-7](?!ad)[a-z]*\.|gr6[a-z]*\.|Standard_N[CDV]|a[23]-|g2-)")
+
+
+#: The kubelet's label of a node's machine type (well-known label node.kubernetes.io/instance-type).
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def gpu_node_term(gpu_nodes: list[Obj], node: Obj) -> dict[str, object] | None:
+    """A node affinity term every one of ``gpu_nodes`` matches and ``node`` does not: a GPU label they all carry,
+    else their instance types; None where nothing tells ``node`` apart from them (it may well have GPUs itself)."""
+    for key in GPU_NODE_LABELS:
+        if all(labels_of(n).get(key) for n in gpu_nodes) and not labels_of(node).get(key):
+            return {"key": key, "operator": "Exists"}
+    types = sorted({labels_of(n).get(INSTANCE_TYPE, "") for n in gpu_nodes} - {""})
+    if types and labels_of(node).get(INSTANCE_TYPE) not in types:
+        return {"key": INSTANCE_TYPE, "operator": "In", "values": types}
+    return None
 
 
 def is_gpu_node(node: Obj) -> bool:
@@ -40,7 +61,7 @@ def is_gpu_node(node: Obj) -> bool:
     if GPU_INSTANCE.match(labels.get("node.kubernetes.io/instance-type", "")):
         return True
     capacity = (node.get("status") or {}).get("capacity") or {}
-    return any(str(k).startswith(("nvidia.com/gpu", "nvidia.com/mig-")) for k in capacity)
+    return any(str(k).startswith(GPU_CAPACITY) for k in capacity)
 
 
 #: Image repository names of NVIDIA's DRA driver (nvcr.io/nvidia/k8s-dra-driver-gpu; later releases
