@@ -118,6 +118,44 @@ def test_vllm_that_detected_cuda_stays_quiet() -> None:
     assert _finding(report, UNCLASSED) is None
 
 
+#: Ollama's discovery at start (ollama/ollama discover/gpu.go@05de33f8 GetGPUInfo, loadNVCUDAMgmt) as its server log
+#: writes it: no GPU found, and (another pod) the driver library's version refused before that.
+OLLAMA = {
+    "containers": [{"name": "main", "image": "ollama/ollama:0.6.8", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+}
+NO_GPUS = (
+    'time=2025-05-02T08:11:02.118Z level=INFO source=gpu.go:217 msg="looking for compatible GPUs"\n'
+    'time=2025-05-02T08:11:02.131Z level=INFO source=gpu.go:377 msg="no compatible GPUs were discovered"\n'
+    'time=2025-05-02T08:11:02.131Z level=INFO source=types.go:130 msg="inference compute" id=0 library=cpu\n'
+)
+MISMATCH = (
+    'time=2025-05-02T08:11:02.125Z level=WARN source=gpu.go:669 msg="version mismatch between driver and cuda driver '
+    'library - reboot or upgrade may be required: library /usr/lib/x86_64-linux-gnu/libcuda.so.570.133.20"\n' + NO_GPUS
+)
+
+
+def test_ollama_serving_on_the_cpu_in_a_gpu_pod_with_no_runtime_class_is_the_runtime() -> None:
+    node = "a10-node-7"
+    report = diagnosed(
+        KUBEADM, CLASSED_PLUGIN, _pod("ollama", node, spec=OLLAMA, ready=False), _logs("ollama", node, NO_GPUS)
+    )
+    found = _finding(report, UNCLASSED)
+    assert found is not None and (found.link, found.node) == ("toolkit", node)
+    assert '"runtimeClassName":"nvidia"' in found.fix
+    assert any("ollama.no-compatible-gpus" in e for e in found.evidence)
+
+
+def test_ollama_that_names_the_driver_librarys_version_is_the_driver_to_reboot() -> None:
+    node = "a10-node-7"
+    report = diagnosed(
+        KUBEADM, CLASSED_PLUGIN, _pod("ollama", node, spec=OLLAMA, ready=False), _logs("ollama", node, MISMATCH)
+    )
+    assert _finding(report, UNCLASSED) is None
+    found = _finding(report, "workload.cuda-unusable")
+    assert found is not None and found.link == "driver" and "reboot the node" in found.fix
+    assert any("ollama.driver-library-mismatch" in e for e in found.evidence)
+
+
 NODE = "gke-ml-l4-pool-1a2b3c4d-x9q1"
 TOLERATES = {
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],

@@ -280,7 +280,12 @@ NO_DRIVER_IN_POD = (
     "loader.no-driver-library",
     "vllm.no-platform",
     "vllm.unspecified-platform",
+    "ollama.no-compatible-gpus",
 )
+#: Of those, the words a workload says of any GPU it could not use, which yield to its own words for a driver fault
+#: (`CUDA_UNUSABLE`: Ollama's library version mismatch) in the same log.
+ANY_CAUSE = ("ollama.no-compatible-gpus",)
+NO_DRIVER_SPECIFIC = tuple(i for i in NO_DRIVER_IN_POD if i not in ANY_CAUSE)
 
 
 def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | None:
@@ -296,7 +301,10 @@ def _no_driver_injected(ctx: Context, view: NodeView, apps: list[Obj]) -> Findin
     for pod in apps:
         if not (pod_gpu_requests(pod) or shares_a_gpu(pod)) or (pod.get("spec") or {}).get("runtimeClassName"):
             continue
-        found = catalog.find(said_by(ctx, pod), *words)
+        text = said_by(ctx, pod)
+        found = catalog.find(text, *words)
+        if found is not None and found.entry.id in ANY_CAUSE and catalog.find(text, *CUDA_UNUSABLE):
+            continue  # the driver under it, said in its own words: _cuda_unusable's
         if found is not None:
             hit.append(pod)
             said = said or found
@@ -433,6 +441,7 @@ def _runtime_class_fix(ctx: Context, view: NodeView, owner: Owner) -> tuple[Fix,
 CUDA_UNUSABLE = (
     SYSTEM_NOT_READY,
     "cuda.system-driver-mismatch",
+    "ollama.driver-library-mismatch",
     "cuda.compat-not-supported",
     "pytorch.driver-too-old",
     "ffmpeg.nvenc-driver-too-old",
@@ -471,7 +480,7 @@ def _cuda_unusable(ctx: Context, view: NodeView, apps: list[Obj]) -> Finding | N
             continue
         text = said_by(ctx, pod)
         found = catalog.find(text, *CUDA_UNUSABLE)
-        if found is None or catalog.find(text, *NO_DRIVER_IN_POD, *READ_ELSEWHERE):
+        if found is None or catalog.find(text, *NO_DRIVER_SPECIFIC, *READ_ELSEWHERE):
             continue  # no such words, or words another check reads (no driver injected, a link proved anywhere)
         classed = (pod.get("spec") or {}).get("runtimeClassName")
         meant = classed or (ctx.policy_obj is None and not keeps_runc_default(ctx, view=view))
