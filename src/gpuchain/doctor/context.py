@@ -290,6 +290,9 @@ def index(snapshot: Snapshot) -> Context:
                 on_node = (operand_pods if ours else others)[node]
                 for op in ops:
                     on_node[op] = pod
+                # Its state now, in the pods' own order: the walk asks it of each node's operand pods, which lie
+                # far apart in memory (one DaemonSet's after another's), and reading them there costs twice as much.
+                pod_state(pod)
             else:
                 workloads[node].append(pod)
         elif not ops and phase == "Pending":
