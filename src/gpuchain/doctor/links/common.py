@@ -21,7 +21,7 @@ from gpuchain.doctor.model import Finding, Fix, FixOp, LinkState, Severity
 from gpuchain.doctor.placement import Blocker, tolerations_for
 from gpuchain.doctor.releases import Defect, showing
 from gpuchain.doctor.stacks.base import daemonsets_in, is_gpu_node
-from gpuchain.kube.objects import Obj, name_of, namespace_of
+from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import NFD_GPU_LABELS, Operand, deploy_label
 
 GPU_COUNT = "nvidia.com/gpu.count"
@@ -105,9 +105,73 @@ def placement_fix(ctx: Context, *, view: NodeView, ds: Obj, block: Blocker) -> F
         return Fix(FixOp.PATCH_DAEMONSET, f"{ns}/{name_of(ds)}", patch)
     d = block.detail
     values = list(d.get("values") or [])
+    widened = _widened(ds, view, block) if str(d["key"]).startswith(PLATFORM_LABELS) else None
+    if widened is not None:
+        return widened
     if d.get("operator") in ("NotIn", "DoesNotExist"):
         return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): None})
     return Fix(FixOp.LABEL_NODE, view.name, {str(d["key"]): str(values[0]) if values else "true"})
+
+
+#: Node labels the platform sets and keeps, which a person does not change to move a pod: the node's pool, machine
+#: type, zone and name (AKS kubernetes.azure.com/agentpool, EKS eks.amazonaws.com/nodegroup, GKE
+#: cloud.google.com/gke-nodepool, Karpenter's karpenter.sh/nodepool, the kubelet's well-known labels). Labelling a
+#: node with another pool's name misstates it (and the cloud puts its own back); a DaemonSet kept to one pool by such a
+#: label is widened to the node's.
+PLATFORM_LABELS = (
+    "kubernetes.azure.com/",
+    "agentpool",
+    "eks.amazonaws.com/",
+    "alpha.eksctl.io/",
+    "cloud.google.com/gke-",
+    "karpenter.sh/",
+    "karpenter.k8s.aws/",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/instance-type",
+    "topology.kubernetes.io/",
+    "kubernetes.io/hostname",
+)
+
+
+def _widened(ds: Obj, view: NodeView, block: Blocker) -> Fix | None:
+    """The patch that lets ``ds`` onto ``view``'s node where a platform label's value keeps it off: the nodeSelector
+    entry becomes a required node affinity term that takes the node's value beside the old one, or the failing In
+    expression takes it too (a merge patch replaces the affinity whole: its other terms are written back as they are).
+    None where the selector is not such an equality or In (then the label is the repair)."""
+    key = str(block.detail["key"])
+    value = labels_of(view.node).get(key)
+    if value is None or block.detail.get("operator") not in ("=", "In"):
+        return None
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector = spec.get("nodeSelector") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if key in selector:
+        # The selector's equality becomes an In expression ANDed into each term the DaemonSet has (one of its own
+        # where it has none): the same nodes as before, and this node's pool.
+        wider = {"key": key, "operator": "In", "values": [str(selector[key]), value]}
+        terms = [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), wider]} for t in terms or [{}]]
+        patch: dict[str, object] = {"nodeSelector": {key: None}}
+    else:
+        terms = [
+            {
+                **t,
+                "matchExpressions": [
+                    {**e, "values": [*(e.get("values") or []), value]}
+                    if e.get("key") == key and e.get("operator") == "In"
+                    else e
+                    for e in t.get("matchExpressions") or []
+                ],
+            }
+            for t in terms
+        ]
+        patch = {}
+    patch["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+    }
+    return Fix(FixOp.PATCH_DAEMONSET, f"{namespace_of(ds)}/{name_of(ds)}", {"spec": {"template": {"spec": patch}}})
 
 
 def said_in(log: str) -> list[str]:
