@@ -6,7 +6,13 @@ DaemonSet for these nodes, and a DaemonSet's plugin on them registers the same r
 Such a node that announces no GPU is the host service not registered with the kubelet, not a GPU stack missing from
 the cluster: its repair is on the node (restart the service from the admin container, replace the node) and in the
 node group's Bottlerocket release, which carries the service's fixes (its start order against the kubelet's socket,
-bottlerocket-core-kit#228)."""
+bottlerocket-core-kit#228).
+
+AKS's managed GPU node pools (gpuProfile.nvidia.managementMode Managed: MicrosoftDocs/azure-aks-docs
+articles/aks/aks-managed-gpu-nodes.md) run the plugin the same way, as the host service ``nvidia-device-plugin.service``
+beside DCGM's, with no pod in the cluster; AKS labels such a node ``kubernetes.azure.com/dcgm-exporter=enabled``, and
+its Node Problem Detector writes the condition ``UnhealthyNvidiaDevicePlugin`` (False while the service is active,
+articles/aks/gpu-health-monitoring.md: "This check applies only to AKS-managed GPU node pools")."""
 
 from __future__ import annotations
 
@@ -33,6 +39,25 @@ SERVICE = "nvidia-k8s-device-plugin"
 AUTO_MODE = ("eks.amazonaws.com/compute-type", "auto")
 
 
+#: The label AKS puts on a managed GPU node pool's nodes, and its Node Problem Detector's condition for the plugin
+#: service (aks-managed-gpu-nodes.md, gpu-health-monitoring.md).
+AKS_MANAGED = ("kubernetes.azure.com/dcgm-exporter", "enabled")
+AKS_PLUGIN_CONDITION = "UnhealthyNvidiaDevicePlugin"
+AKS_SERVICE = "nvidia-device-plugin.service"
+
+
+def aks_plugin_condition(node: Obj) -> Obj | None:
+    """The node's UnhealthyNvidiaDevicePlugin condition (AKS's Node Problem Detector), None where it has none."""
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == AKS_PLUGIN_CONDITION), None)
+
+
+def aks_managed_node(node: Obj) -> bool:
+    """Is ``node`` of an AKS managed GPU node pool, whose image runs the device plugin as a host service?"""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(AKS_MANAGED[0]) == AKS_MANAGED[1] or aks_plugin_condition(node) is not None
+
+
 def auto_mode_node(node: Obj) -> bool:
     """Is ``node`` an EKS Auto Mode node, whose managed image runs the device plugin itself?"""
     return ((node.get("metadata") or {}).get("labels") or {}).get(AUTO_MODE[0]) == AUTO_MODE[1]
@@ -40,10 +65,15 @@ def auto_mode_node(node: Obj) -> bool:
 
 @remembered
 def host_plugin_node(node: Obj) -> bool:
-    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant, or an EKS Auto Mode node,
-    whose Bottlerocket-based image AWS manages)? (Asked three times a node: answered once a node in a diagnosis.)"""
+    """Does the node's image run the device plugin itself (a Bottlerocket NVIDIA variant, an EKS Auto Mode node,
+    whose Bottlerocket-based image AWS manages, or a node of an AKS managed GPU pool)? (Asked three times a node:
+    answered once a node in a diagnosis.)"""
     image = str(node_info(node).get("osImage", ""))
-    return (image.startswith("Bottlerocket OS") and "nvidia" in image.lower()) or auto_mode_node(node)
+    return (
+        (image.startswith("Bottlerocket OS") and "nvidia" in image.lower())
+        or auto_mode_node(node)
+        or aks_managed_node(node)
+    )
 
 
 def host_plugin(view: NodeView) -> bool:
@@ -56,15 +86,28 @@ def unregistered(ctx: Context, views: list[NodeView]) -> list[Finding]:
     not registered, with the node's repair and the node group's update."""
     out = []
     for view in views:
-        if not host_plugin(view) or any(n > 0 for n in node_gpu_resources(view.node).values()):
+        if not host_plugin(view):
+            continue
+        # AKS's Node Problem Detector says when the service is down; its GPU then stays in capacity, not allocatable.
+        npd = aks_plugin_condition(view.node)
+        down = npd is not None and npd.get("status") == "True"
+        if not down and any(n > 0 for n in node_gpu_resources(view.node).values()):
             continue
         image = str(node_info(view.node).get("osImage", ""))
         group = labels_of(view.node).get(EKS_POOL) or "<node group>"
+        aks = aks_managed_node(view.node)
+        service = AKS_SERVICE if aks else SERVICE
         repair = (
             # Auto Mode nodes take no admin access: AWS replaces a node deleted, with its current image.
             f"replace the node: kubectl delete node {view.name} (EKS Auto Mode has no admin access to its nodes; it "
             "launches a new one from its current node image for the pods that wait)"
             if auto_mode_node(view.node)
+            else f"restart AKS's managed device plugin service on the node: az vmss run-command invoke -g "
+            "<node resource group> -n <scale set> --instance-id <instance> --command-id RunShellScript --scripts "
+            f"'systemctl restart {AKS_SERVICE}' (or from kubectl debug node/{view.name} -it --image=ubuntu: chroot "
+            f"/host systemctl restart {AKS_SERVICE}); if it does not stay active, reimage the node (az vmss reimage) "
+            "so AKS installs its managed GPU stack again"
+            if aks
             else f"restart the image's device plugin service: from the node's admin container (sudo "
             f"sheltie) systemctl restart {SERVICE}.service, or replace the node; then update node group {group} "
             "to the newest Bottlerocket release (aws eks update-nodegroup-version --cluster-name <cluster> "
@@ -83,14 +126,22 @@ def unregistered(ctx: Context, views: list[NodeView]) -> list[Finding]:
                 link="device-plugin",
                 node=view.name,
                 cause=f"the node runs {image}, whose image runs NVIDIA's device plugin itself (the host service "
-                f"{SERVICE}, no DaemonSet), and its capacity announces no GPU: that service is not registered with "
-                "the kubelet (as when it starts before the kubelet's device-plugin socket and misses it); no GPU stack "
-                "is missing from the cluster.",
+                f"{service}, no DaemonSet), and "
+                + (
+                    "AKS's Node Problem Detector says that service is not active, so the kubelet offers none of the "
+                    "node's GPUs"
+                    if down
+                    else "its capacity announces no GPU: that service is not registered with the kubelet (as when it "
+                    "starts before the kubelet's device-plugin socket and misses it)"
+                )
+                + "; no GPU stack is missing from the cluster.",
                 evidence=tuple(
                     e
                     for e in (
                         f"osImage {image}",
-                        "capacity: no nvidia.com/gpu (or 0)",
+                        f"condition {AKS_PLUGIN_CONDITION}=True: {npd.get('message', '')}".rstrip(": ")
+                        if down and npd is not None
+                        else "capacity: no nvidia.com/gpu (or 0)",
                         f"GPUs present: {present}" if present else "",
                         "no device plugin DaemonSet in the cluster",
                     )
