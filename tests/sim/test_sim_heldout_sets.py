@@ -76,6 +76,7 @@ ORDER = (
     "heldout57",
     "heldout58",
     "heldout59",
+    "heldout61",
 )
 #: Sets written at the same time, each blind to the other: a report one cites may be cited by the other, since
 #: neither the doctor nor either set's author saw the other set before both were frozen.
@@ -139,7 +140,8 @@ BESIDE = {
 #: pages, six documented symptoms with their fixes and two documented working states; heldout58 3: its writer found one
 #: uncited, odd-numbered report with a readable resolution in some 90 searches of NVIDIA's trackers, and one page
 #: describing two working states; heldout59 6: its writer found three in the clouds', distributions' and schedulers'
-#: trackers, two of them on one platform combined in its two-fault case, and two pages describing working clusters).
+#: trackers, two of them on one platform combined in its two-fault case, and two pages describing working clusters;
+#: heldout61 7: its writer took five documented states from AKS's GPU pages and one from RKE2's).
 SMALLER = {
     "heldout23": 16,
     "heldout24": 16,
@@ -178,6 +180,7 @@ SMALLER = {
     "heldout57": 8,
     "heldout58": 3,
     "heldout59": 6,
+    "heldout61": 7,
 }
 #: Sets with no fault case at all, so no two-fault case: heldout50's and heldout54's writers found no uncited forum,
 #: Q&A or one-cluster page with a Kubernetes GPU failure and a readable fix in their shares, only descriptions of
@@ -187,9 +190,9 @@ HEALTHY_ONLY = {"heldout50", "heldout54"}
 #: on platforms too unlike (a kubeadm homelab, an EKS node group) to be one cluster without inventing it; heldout55
 #: heldout56 and heldout58 have one fault report each.
 SINGLE_FAULTS = {"heldout52", "heldout55", "heldout56", "heldout58"}
-#: Sets with one two-fault case: heldout57's troubleshooting pages and heldout59's trackers each gave one pair of
-#: faults that one cluster shows naturally.
-FEWER_TWO_FAULTS = {"heldout57": 1, "heldout59": 1}
+#: Sets with one two-fault case: heldout57's troubleshooting pages, heldout59's trackers and heldout61's AKS pages
+#: each gave one pair of faults that one cluster shows naturally.
+FEWER_TWO_FAULTS = {"heldout57": 1, "heldout59": 1, "heldout61": 1}
 #: Sets with fewer than three healthy cases: heldout55's one report gives one healthy state, heldout56's, heldout57's,
 #: heldout58's and heldout59's pages two.
 FEWER_HEALTHY = {"heldout55": 1, "heldout56": 2, "heldout57": 2, "heldout58": 2, "heldout59": 2}
