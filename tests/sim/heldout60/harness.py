@@ -1,13 +1,12 @@
-"""The fifty-seventh held-out set for the doctor (issue 26, item 5): vendors' troubleshooting pages and READMEs that
-neither tests/sim/SOURCES.md nor heldout .. heldout56 cite, written blind to the doctor and frozen before it was run on
-them.
+"""The sixtieth held-out set for the doctor (issue 26, item 5): NVIDIA's own documentation beyond its troubleshooting
+pages (the GPU Operator's installation pages, the Container Toolkit's install and CDI pages) that neither
+tests/sim/SOURCES.md nor heldout .. heldout59 cite, written blind to the doctor and frozen before it was run on them.
 
 The format, edits, recount and scoring are tests/sim/heldout's, heldout3's, heldout9's and heldout37's, reused: this
-set's pages need no edit those sets lack (operand, validator and workload pods' states, logs and Events are ``pod``;
-pods no DaemonSet or simulated workload owns - a Pending job, a Failed pod refused at admission - are ``create``d; GPUs
-the kubelet counts as unhealthy, a node whose driver never came up and its labels are ``node``; a vGPU guest driver,
-a time-slicing config or a legacy-mode toolkit is the scenario's ``policy``), so its loader is heldout37's, the one
-heldout51 reuses (heldout9's ``create`` with the recount after the edits)."""
+set's pages need no edit those sets lack (the device plugin's and workloads' states, logs and Events are ``pod``; a
+sample pod no controller owns is ``create``d; a node whose plugin registered nothing is ``node``; an operator whose
+driver component is off is the scenario's ``policy``), so its loader is heldout37's, the one heldout51 and heldout57
+reuse (heldout9's ``create`` with the recount after the edits)."""
 
 from __future__ import annotations
 
