@@ -247,7 +247,9 @@ def test_sources_are_new(name: str) -> None:
     cited = "".join(p.read_text() for p in files if p.exists())
     for path in harness.cases():
         case = harness.load(path)
-        if case.kind != "healthy":
+        if case.kind != "healthy" and "#" not in case.source:
+            assert case.source not in cited, (case.name, case.source)  # a whole page, by its address
+        elif case.kind != "healthy":
             repo, number = case.source.split("#")
             # the number must end there: #264 is not #2646
             cites = re.compile(rf"{re.escape(repo)}(#|/issues/|/pull/){number}(?!\d)")
