@@ -28,6 +28,7 @@ from gpuchain.doctor.owners import owner_daemonset
 from gpuchain.kube.gpu_resources import node_gpu_resources
 from gpuchain.kube.objects import Obj, labels_of, name_of, namespace_of
 from gpuchain.operator.operands import DEVICE_PLUGIN, deploy_label
+from gpuchain.remediation.model import find_condition
 
 Check = Callable[[Context, NodeView], Result]
 
@@ -46,16 +47,10 @@ AKS_PLUGIN_CONDITION = "UnhealthyNvidiaDevicePlugin"
 AKS_SERVICE = "nvidia-device-plugin.service"
 
 
-def aks_plugin_condition(node: Obj) -> Obj | None:
-    """The node's UnhealthyNvidiaDevicePlugin condition (AKS's Node Problem Detector), None where it has none."""
-    conditions = (node.get("status") or {}).get("conditions") or ()
-    return next((c for c in conditions if c.get("type") == AKS_PLUGIN_CONDITION), None)
-
-
 def aks_managed_node(node: Obj) -> bool:
     """Is ``node`` of an AKS managed GPU node pool, whose image runs the device plugin as a host service?"""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(AKS_MANAGED[0]) == AKS_MANAGED[1] or aks_plugin_condition(node) is not None
+    return labels.get(AKS_MANAGED[0]) == AKS_MANAGED[1] or find_condition(node, AKS_PLUGIN_CONDITION) is not None
 
 
 def auto_mode_node(node: Obj) -> bool:
@@ -89,8 +84,8 @@ def unregistered(ctx: Context, views: list[NodeView]) -> list[Finding]:
         if not host_plugin(view):
             continue
         # AKS's Node Problem Detector says when the service is down; its GPU then stays in capacity, not allocatable.
-        npd = aks_plugin_condition(view.node)
-        down = npd is not None and npd.get("status") == "True"
+        npd = find_condition(view.node, AKS_PLUGIN_CONDITION)
+        down = npd is not None and npd.status == "True"
         if not down and any(n > 0 for n in node_gpu_resources(view.node).values()):
             continue
         image = str(node_info(view.node).get("osImage", ""))
@@ -139,7 +134,7 @@ def unregistered(ctx: Context, views: list[NodeView]) -> list[Finding]:
                     e
                     for e in (
                         f"osImage {image}",
-                        f"condition {AKS_PLUGIN_CONDITION}=True: {npd.get('message', '')}".rstrip(": ")
+                        f"condition {AKS_PLUGIN_CONDITION}=True: {npd.message}".rstrip(": ")
                         if down and npd is not None
                         else "capacity: no nvidia.com/gpu (or 0)",
                         f"GPUs present: {present}" if present else "",
