@@ -45,11 +45,10 @@ RUNTIME_CLASS_VALUE = "devicePlugin.runtimeClassName"
 _TAG = re.compile(re.escape(IMAGE) + r":(v?\d+(?:\.\d+)+)\b")
 
 
-#: Volcano's vGPU device plugin, HAMi's plugin for Volcano: its image, DaemonSet and plugin container, its chart as
+#: Volcano's vGPU device plugin, HAMi's plugin for Volcano: its image and plugin container, its chart as
 #: its README installs it (helm repo add volcano-vgpu-device-plugin https://project-hami.github.io/volcano-vgpu-device-
 #: plugin), and the chart value that gives its pods a RuntimeClass (values.yaml runtimeClassName).
 VOLCANO_IMAGE = "projecthami/volcano-vgpu-device-plugin"
-VOLCANO_DAEMONSET = "volcano-device-plugin"
 VOLCANO_CONTAINER = "volcano-device-plugin"
 VOLCANO_CHART = Chart(
     stack="hami",
@@ -119,9 +118,10 @@ def detect(snapshot: Snapshot) -> Stack | None:
     spec = ClusterPolicySpec.model_validate(
         {k: {"enabled": False} for k in ("driver", "toolkit", "validator", "dcgmExporter", "gfd", "migManager")}
     )
-    notes = [f"HAMi {version}" if version else "HAMi (release not read from its image)"]
     if volcano:
         notes = ["Volcano's vGPU device plugin (HAMi's, announcing volcano.sh/vgpu-number)"]
+    else:
+        notes = [f"HAMi {version}" if version else "HAMi (release not read from its image)"]
     if scheduler:
         notes.append("hami-scheduler runs beside the plugin")
     return Stack(
