@@ -343,7 +343,7 @@ def runtime_not_default(ctx: Context, *, view: NodeView, evidence: list[str]) ->
         },
     )
     # The cluster already has NVIDIA's RuntimeClass: the plugin's pods may ask for it instead (its chart's value).
-    classed = next((rc for rc in sorted(ctx.runtime_classes) if rc.startswith(RUNTIME_CLASS_HANDLER)), "")
+    classed = next((rc for rc in sorted(ctx.runtime_classes) if _nvidia_class(ctx, rc)), "")
     also = (
         f"   # or run the plugin under RuntimeClass {classed}: its chart's {ctx.stack.runtime_class_value}={classed} "
         f"(runtimeClassName: {classed} in its DaemonSet's pod template)"
